@@ -1,0 +1,53 @@
+"""``python -m distperf {predict,run,sweep,calibrate,plan}``.
+
+Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
+``main(args) -> int``; this file only dispatches. Bad input (ConfigError, a missing file) ends with one
+line naming the field and the rule, and exit status 2 — never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .config import ConfigError
+
+COMMANDS = {
+    "predict": ("distperf.commands.predict", "predict memory, communication and time with the cost model"),
+    "run": ("distperf.commands.run", "train a configuration on torch.distributed and measure it"),
+    "sweep": ("distperf.commands.sweep", "run a grid of configurations from a YAML file, resumably"),
+    "calibrate": ("distperf.commands.calibrate", "measure this machine and write a hardware profile"),
+    "plan": ("distperf.commands.plan", "PipeDream-2BW planner: pick width, depth, microbatch and recomputation"),
+}
+
+
+def _available() -> dict[str, tuple[object, str]]:
+    found = {}
+    for name, (module, help_text) in COMMANDS.items():
+        try:
+            found[name] = (importlib.import_module(module), help_text)
+        except ModuleNotFoundError as e:
+            if e.name != module:  # the module exists but something it imports is missing
+                raise
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    commands = _available()
+    parser = argparse.ArgumentParser(prog="distperf", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in commands.items():
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    try:
+        return commands[args.command][0].main(args) or 0
+    except ConfigError as e:
+        print(f"distperf {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"distperf {args.command}: error: {e.filename}: no such file", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""One description of an experiment, shared by the cost model and the trainers.
+
+A configuration is a model (:class:`ModelSpec`), a parallel layout (:class:`Layout`), a training
+setting (:class:`Training`) and the hardware (see :mod:`distperf.hardware`). The cost model and the
+trainers both read these objects, so prediction and measurement always talk about the same shapes.
+
+This module is pure Python (no torch import): the cost model sweeps 10^5 configurations with it.
+Every rule a layout must obey lives in :func:`validate`, which raises :class:`ConfigError` naming
+the field and the rule; command lines print that one line and exit with status 2.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+ARCHS = ("gpt", "bert")
+SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "2bw", "pipedream")
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("fp32", "mixed")
+OPTIMIZERS = ("adam", "sgd")
+
+
+class ConfigError(ValueError):
+    """A configuration that breaks a rule: ``field`` names the input, the message states the rule."""
+
+    def __init__(self, field_name: str, rule: str):
+        self.field = field_name
+        self.rule = rule
+        super().__init__(f"{field_name}: {rule}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A Transformer: GPT (causal decoder) or BERT-style encoder.
+
+    ``ffn`` defaults to 4·hidden; ``tied`` ties the output projection to the token embedding;
+    positions are learned (s·h parameters), as in GPT-2, BERT and Megatron-LM.
+    """
+
+    name: str = "custom"
+    arch: str = "gpt"
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    vocab: int = 256
+    seq: int = 64
+    ffn: int = 0  # 0 means 4 * hidden
+    tied: bool = True
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        if self.ffn == 0:
+            object.__setattr__(self, "ffn", 4 * self.hidden)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the model is spread over dp × tp × pp ranks and how a global batch is cut.
+
+    global batch B = micro_batch · microbatches · dp.  ``partition`` lists the Transformer layers of
+    each pipeline stage (pp · chunks entries; embedding on the first stage, head on the last); empty
+    means uniform.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    sequence_parallel: bool = False
+    schedule: str = "none"
+    chunks: int = 1
+    micro_batch: int = 1
+    microbatches: int = 1
+    zero: int = 0
+    recompute: str = "none"
+    partition: tuple[int, ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.microbatches * self.dp
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages (model chunks) in all: pp · chunks."""
+        return self.pp * self.chunks
+
+
+@dataclass(frozen=True)
+class Training:
+    precision: str = "fp32"
+    optimizer: str = "adam"
+    momentum: bool = True  # SGD only
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelSpec = field(default_factory=ModelSpec)
+    layout: Layout = field(default_factory=Layout)
+    training: Training = field(default_factory=Training)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def replace(self, **sections) -> "Config":
+        return replace(self, **sections)
+
+
+def uniform_partition(layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage, as equal as possible, the remainder on the earliest stages."""
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if i < extra else 0) for i in range(stages))
+
+
+def stage_layers(model: ModelSpec, layout: Layout) -> tuple[int, ...]:
+    """Transformer layers held by each pipeline stage (the explicit partition, or uniform)."""
+    return tuple(layout.partition) if layout.partition else uniform_partition(model.layers, layout.stages)
+
+
+def _positive(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(name, f"must be a positive integer, got {value!r}")
+
+
+def validate(cfg: Config) -> Config:
+    """Check every rule; raise ConfigError(field, rule) at the first one broken; return cfg."""
+    m, lay, tr = cfg.model, cfg.layout, cfg.training
+    if m.arch not in ARCHS:
+        raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {m.arch!r}")
+    for name in ("layers", "hidden", "heads", "vocab", "seq", "ffn"):
+        _positive(name, getattr(m, name))
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError("dropout", f"must lie in [0, 1), got {m.dropout!r}")
+    if m.hidden % m.heads:
+        raise ConfigError("heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})")
+    for name in ("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"):
+        _positive(name, getattr(lay, name))
+    if lay.schedule not in SCHEDULES:
+        raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {lay.schedule!r}")
+    if lay.recompute not in RECOMPUTE:
+        raise ConfigError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {lay.recompute!r}")
+    if lay.zero not in (0, 1, 2, 3):
+        raise ConfigError("zero", f"must be 0, 1, 2 or 3, got {lay.zero!r}")
+    if tr.precision not in PRECISIONS:
+        raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}, got {tr.precision!r}")
+    if tr.optimizer not in OPTIMIZERS:
+        raise ConfigError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {tr.optimizer!r}")
+    if m.heads % lay.tp:
+        raise ConfigError("tp", f"heads ({m.heads}) must be divisible by tp ({lay.tp})")
+    if m.hidden % lay.tp or m.ffn % lay.tp:
+        raise ConfigError("tp", f"hidden ({m.hidden}) and ffn ({m.ffn}) must be divisible by tp ({lay.tp})")
+    if lay.sequence_parallel and lay.tp == 1:
+        raise ConfigError("sequence_parallel", "needs tp > 1")
+    if lay.sequence_parallel and m.seq % lay.tp:
+        raise ConfigError("sequence_parallel", f"seq ({m.seq}) must be divisible by tp ({lay.tp})")
+    if lay.pp > 1 and lay.schedule == "none":
+        raise ConfigError("schedule", "pp > 1 needs a pipeline schedule (gpipe, 1f1b, interleaved, 2bw, pipedream)")
+    if lay.pp == 1 and lay.schedule not in ("none", "gpipe", "1f1b"):
+        raise ConfigError("schedule", f"{lay.schedule} needs pp > 1")
+    if lay.chunks > 1 and lay.schedule != "interleaved":
+        raise ConfigError("chunks", "more than one chunk per rank needs the interleaved schedule")
+    if lay.schedule == "interleaved" and lay.chunks < 2:
+        raise ConfigError("chunks", "the interleaved schedule needs chunks >= 2")
+    if lay.schedule == "2bw" and lay.microbatches < lay.pp:
+        raise ConfigError("microbatches", f"2bw needs microbatches >= pp (m={lay.microbatches} < pp={lay.pp})")
+    if lay.partition:
+        if len(lay.partition) != lay.stages:
+            raise ConfigError("partition", f"needs {lay.stages} entries (pp·chunks), got {len(lay.partition)}")
+        if any(not isinstance(n, int) or n < 1 for n in lay.partition):
+            raise ConfigError("partition", "every stage needs at least one layer")
+        if sum(lay.partition) != m.layers:
+            raise ConfigError("partition", f"layers per stage must sum to layers ({m.layers}), got {sum(lay.partition)}")
+    elif m.layers < lay.stages:
+        raise ConfigError("pp", f"layers ({m.layers}) must be at least the number of stages ({lay.stages})")
+    return cfg
+
+
+def global_batch_to_microbatches(global_batch: int, micro_batch: int, dp: int) -> int:
+    """m = B / (b · dp); the rule: b · dp must divide B."""
+    _positive("global_batch", global_batch)
+    if global_batch % (micro_batch * dp):
+        raise ConfigError("global_batch", f"must be divisible by micro_batch·dp ({micro_batch}·{dp}), got {global_batch}")
+    return global_batch // (micro_batch * dp)
