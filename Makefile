@@ -1,0 +1,63 @@
+# distperf — `make book`: measure this machine, then build the HTML book into _build/html.
+#            `make test`: the same set-up, pytest, then a smoke build of the book (what CI runs).
+# Variables: SCALE (smoke | cpu | gpu; default cpu, or gpu with DEVICE=cuda), DEVICE (auto | cpu | cuda).
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEVICE ?= auto
+ifeq ($(DEVICE),cuda)
+SCALE ?= gpu
+endif
+SCALE ?= cpu
+
+# The smoke book goes to its own folder, so that `make test` never touches the real one.
+BOOK_OUT := $(if $(filter smoke,$(SCALE)),_build/smoke,.)
+HTML := $(BOOK_OUT)/_build/html
+EXECUTED := _build/executed/$(SCALE)-$(DEVICE)
+NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+RUNS := $(patsubst notebooks/%.ipynb,$(EXECUTED)/%.ipynb,$(NOTEBOOKS))
+# What an experiment's measurements depend on: the library, except the cost model and the plots,
+# which only the chapters read.
+MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/plots.py,$(shell find lib -name '*.py'))
+INSTALLED := $(VENV)/.installed
+export PATH := $(abspath $(BIN)):$(PATH)
+export DISTPERF_SCALE := $(SCALE)
+
+.PHONY: book data test venv clean
+.DELETE_ON_ERROR:
+
+book: $(HTML)/index.html  ## measure (papermill) and build the HTML book
+
+venv: $(INSTALLED)  ## create .venv and install the pinned dependencies
+
+$(INSTALLED): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[book,test]'
+	touch $@
+
+data: $(RUNS)  ## run the experiment notebooks at SCALE (skips those whose inputs did not change)
+
+# papermill writes as it goes: run into a temporary file and keep it only when the whole notebook ran.
+$(EXECUTED)/%.ipynb: notebooks/%.ipynb $(MEASURE_SRC) | $(INSTALLED)
+	mkdir -p $(EXECUTED)
+	papermill --kernel python3 --cwd notebooks --execution-timeout 3600 \
+	  -p scale $(SCALE) -p device $(DEVICE) $< $(@:.ipynb=.part.ipynb)
+	mv $(@:.ipynb=.part.ipynb) $@
+
+# Chapters execute through jupyter-cache: unchanged code is not re-executed. What their code reads (the
+# fresh and reference results and the library) is hashed too, and a change of it clears that cache.
+$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapters/*) | $(INSTALLED)
+	stamp=$(BOOK_OUT)/_build/.inputs; \
+	inputs=$$( { echo $(SCALE); cat $$(find data/fresh/$(SCALE) data/reference lib -type f \( -name '*.csv' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
+	if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; fi; \
+	jupyter-book build . --path-output $(BOOK_OUT) -nW --keep-going; \
+	echo "$$inputs" > $$stamp
+
+test: $(INSTALLED)  ## pytest, then the smoke build of the book
+	$(BIN)/pytest -q
+	$(MAKE) book SCALE=smoke
+
+clean:  ## remove build outputs and fresh results (not the virtual environment)
+	rm -rf _build data/fresh

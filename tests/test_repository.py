@@ -1,0 +1,63 @@
+"""The repository's own rules: notebooks without outputs and with papermill parameters, pins in step."""
+import json
+import re
+from pathlib import Path
+
+import papermill
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ holds no experiment notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_committed_without_outputs(path):
+    cells = json.loads(path.read_text())["cells"]
+    dirty = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))]
+    assert not dirty, f"{path.name}: code cells {dirty} hold outputs; clear them before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_scale_and_device_parameters(path):
+    params = papermill.inspect_notebook(str(path))
+    assert {"scale", "device"} <= set(params), f"{path.name}: parameters cell declares {sorted(params)}"
+    assert params["scale"]["default"].strip("'\"") in ("smoke", "cpu", "gpu")
+    assert params["device"]["default"].strip("'\"") in ("auto", "cpu", "cuda")
+
+
+def _pins(requirements):
+    pins = {}
+    for req in requirements:
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;]+)\s*", req)
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def test_environment_yml_pins_what_pyproject_pins():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = _pins(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        wanted.update(_pins(extra))
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    assert "python=3.11" in conda
+    assert _pins(pip_section) == wanted
+    assert all(v for v in wanted.values()), "every dependency in pyproject.toml is pinned with =="
+    unpinned = [r for r in project["dependencies"] if "==" not in r]
+    assert not unpinned, f"unpinned dependencies: {unpinned}"
+
+
+def test_toc_lists_existing_chapters():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    missing = [f for f in files if not any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb"))]
+    assert not missing, f"_toc.yml names missing files: {missing}"
