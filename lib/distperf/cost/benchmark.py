@@ -1,0 +1,63 @@
+"""How fast the cost model is: ``python -m distperf.cost.benchmark [--count N]``.
+
+Builds a grid of valid configurations (models from the presets × dp × tp × pp × schedule × microbatches
+× ZeRO stage × recomputation × precision), then times :func:`distperf.cost.predict` over the first N of
+them, validation included, and prints configurations per second of CPU time (what the code costs) and
+of wall-clock time (what a busy machine gives). A benchmark, not a test: nothing
+asserts on the number.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+from ..config import Config, ConfigError, Layout, Training, validate
+from ..hardware import PRESETS
+from ..presets import MODELS
+from .predict import predict
+
+GRID_MODELS = ("bert-large", "gpt2-xl", "megatron-7.5b", "megatron-145.6b", "gpt3-175b", "2bw-gpt-2.2b", "small")
+
+
+def grid(count: int) -> list[Config]:
+    """The first ``count`` valid configurations of a fixed grid (in a fixed order, so runs compare)."""
+    configs = []
+    axes = itertools.product(GRID_MODELS, (1, 2, 8, 64), (1, 2, 8), (1, 2, 4, 8, 16),
+                             ("1f1b", "gpipe", "interleaved", "2bw", "pipedream"), (1, 8, 32, 128), (0, 1, 2, 3),
+                             ("none", "selective", "full"), ("mixed", "fp32"), (1, 4))
+    for name, dp, tp, pp, schedule, m, zero, recompute, precision, b in axes:
+        if pp == 1 and schedule not in ("1f1b", "gpipe"):
+            continue
+        layout = Layout(dp=dp, tp=tp, pp=pp, sequence_parallel=tp > 1 and recompute == "selective",
+                        schedule=schedule if pp > 1 else "none", chunks=2 if schedule == "interleaved" else 1,
+                        micro_batch=b, microbatches=m, zero=zero, recompute=recompute)
+        cfg = Config(model=MODELS[name], layout=layout, training=Training(precision=precision))
+        try:
+            validate(cfg)
+        except ConfigError:
+            continue
+        configs.append(cfg)
+        if len(configs) == count:
+            break
+    return configs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100_000, help="configurations to evaluate (default 10^5)")
+    args = parser.parse_args(argv)
+    configs = grid(args.count)
+    hw = PRESETS["A100-80GB"]
+    wall, cpu = time.perf_counter(), time.process_time()
+    for cfg in configs:
+        predict(cfg, hw)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    n = len(configs)
+    print(f"{n:,} configurations: {n / cpu:,.0f} per CPU second ({cpu:.2f} s), "
+          f"{n / wall:,.0f} per wall-clock second ({wall:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""The hardware a configuration runs on: named presets, or a profile file written by calibration.
+
+A :class:`Hardware` gives the cost model what it needs to turn FLOPs and bytes into seconds: peak
+FLOP/s per precision, the fraction of it that matrix products reach, memory bandwidth and capacity,
+and the α-β parameters (latency, bandwidth per direction) of the links inside a node and between nodes.
+
+Preset numbers are vendor datasheet peaks (dense, no sparsity); fp32 means plain fp32 (no TF32, as
+PyTorch's default for matrix products); "16bit" is fp16/bf16 tensor-core peak. Intra-node bandwidth
+is NVLink per direction; inter-node bandwidth is one NIC per GPU. Latencies are order-of-magnitude
+assumptions, not measurements. ``flops_efficiency`` is 1.0 in presets: an uncalibrated prediction is
+an ideal lower bound on time.
+
+A profile file is a JSON object with exactly the fields of :class:`Hardware` (``flops_efficiency``
+optional); ``python -m distperf calibrate`` writes one for this machine.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .config import ConfigError
+
+GB = 1e9
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    flops_fp32: float  # peak FLOP/s, fp32
+    flops_16bit: float  # peak FLOP/s, fp16/bf16 matrix products
+    memory_bandwidth: float  # bytes/s
+    memory_capacity: float  # bytes per device
+    intra_bandwidth: float  # bytes/s per direction, device to device inside a node
+    intra_latency: float  # s per message inside a node
+    inter_bandwidth: float  # bytes/s per direction per device, between nodes
+    inter_latency: float  # s per message between nodes
+    devices_per_node: int
+    flops_efficiency: float = 1.0  # achieved / peak for the model's matrix products
+
+    def flops(self, precision: str) -> float:
+        """Achieved FLOP/s for the given training precision (fp32 or mixed)."""
+        return (self.flops_16bit if precision == "mixed" else self.flops_fp32) * self.flops_efficiency
+
+    def link(self, group_span: int) -> tuple[float, float]:
+        """(latency, bandwidth) of a group whose ranks lie within ``group_span`` consecutive devices."""
+        if group_span <= self.devices_per_node:
+            return self.intra_latency, self.intra_bandwidth
+        return self.inter_latency, self.inter_bandwidth
+
+
+def _gpu(name, fp32_tflops, bf16_tflops, hbm_gbs, capacity_gib, nvlink_gbs, nic_gbs, per_node=8):
+    return Hardware(name=name, flops_fp32=fp32_tflops * 1e12, flops_16bit=bf16_tflops * 1e12,
+                    memory_bandwidth=hbm_gbs * GB, memory_capacity=capacity_gib * GIB,
+                    intra_bandwidth=nvlink_gbs * GB, intra_latency=5e-6,
+                    inter_bandwidth=nic_gbs * GB, inter_latency=1e-5, devices_per_node=per_node)
+
+
+PRESETS: dict[str, Hardware] = {
+    h.name: h
+    for h in [
+        # V100 SXM2: NVLink2 300 GB/s total; p3.16xlarge networking 25 Gbit/s (the 2BW paper's servers).
+        _gpu("V100-16GB", 15.7, 125, 900, 16, 150, 3.125),
+        # A100 SXM4: NVLink3 600 GB/s total; HDR InfiniBand 200 Gbit/s per GPU (DGX A100).
+        _gpu("A100-40GB", 19.5, 312, 1555, 40, 300, 25),
+        _gpu("A100-80GB", 19.5, 312, 2039, 80, 300, 25),
+        # H100 / H200 SXM5: NVLink4 900 GB/s total; NDR InfiniBand 400 Gbit/s per GPU (DGX H100/H200).
+        _gpu("H100-80GB", 67, 989, 3350, 80, 450, 50),
+        _gpu("H200", 67, 989, 4800, 141, 450, 50),
+    ]
+}
+
+DEFAULT = "A100-80GB"
+
+
+def load_profile(path: str | Path) -> Hardware:
+    """Read a hardware profile (JSON); a malformed one raises ConfigError('hardware', rule)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError("hardware", f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("hardware", f"{path}: cannot be read ({e.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("hardware", f"{path}: must hold a JSON object")
+    known = {f.name: f for f in fields(Hardware)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError("hardware", f"{path}: unknown field(s) {', '.join(unknown)}")
+    missing = [n for n, f in known.items() if n not in data and n not in ("name", "flops_efficiency")]
+    if missing:
+        raise ConfigError("hardware", f"{path}: missing field(s) {', '.join(missing)}")
+    values = {"name": str(data.get("name", path.stem))}
+    for name in known:
+        if name == "name" or name not in data:
+            continue
+        value = data[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError("hardware", f"{path}: {name} must be a positive number, got {value!r}")
+        if name == "devices_per_node" and int(value) != value:
+            raise ConfigError("hardware", f"{path}: devices_per_node must be an integer, got {value!r}")
+        if name == "flops_efficiency" and value > 1:
+            raise ConfigError("hardware", f"{path}: flops_efficiency must lie in (0, 1], got {value!r}")
+        values[name] = int(value) if name == "devices_per_node" else float(value)
+    return Hardware(**values)
+
+
+def save_profile(hw: Hardware, path: str | Path) -> None:
+    Path(path).write_text(json.dumps({f.name: getattr(hw, f.name) for f in fields(Hardware)}, indent=2) + "\n")
+
+
+def hardware(name_or_path: str) -> Hardware:
+    """A preset by name, else a profile file by path; neither raises ConfigError('hardware', …)."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    if Path(name_or_path).is_file():
+        return load_profile(name_or_path)
+    raise ConfigError("hardware", f"{name_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a profile file")
