@@ -1,0 +1,210 @@
+"""The cost model's pieces against independent references: torch's own algorithms, brute force, invariants."""
+from __future__ import annotations
+
+import ast
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
+
+from distperf import presets
+from distperf.config import Config, ConfigError, Layout, ModelSpec, Training
+from distperf.cost import predict
+from distperf.cost.benchmark import grid
+from distperf.cost.collectives import bucketed_exposed_time, collective_time
+from distperf.cost.model_states import fsdp_shard_elements, greedy_partition_max
+from distperf.cost.parameters import layer_tensors
+from distperf.cost.schedules import in_flight
+
+COST = Path(__file__).resolve().parents[1] / "lib" / "distperf" / "cost"
+
+
+def test_cost_model_imports_no_torch():
+    for path in COST.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "torch" for n in names), path.name
+
+
+def test_every_cost_function_states_its_equation():
+    for path in COST.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and path.name != "benchmark.py":
+                assert ast.get_docstring(node), f"{path.name}:{node.name} has no docstring"
+
+
+# ZeRO-1: torch's ZeroRedundancyOptimizer partition ---------------------------------------------------
+
+def _torch_greedy(sizes: list[int], n: int) -> int:
+    """ZeroRedundancyOptimizer._partition_parameters, one tensor at a time (torch 2.13 source)."""
+    loads = [0] * n
+    for size in sorted(sizes, reverse=True):
+        rank = loads.index(min(loads))
+        loads[rank] += size
+    return max(loads)
+
+
+def test_greedy_partition_matches_torch_algorithm_on_random_tensor_sets():
+    rng = random.Random(0)
+    for _ in range(300):
+        tensors = tuple((rng.randint(1, 40), 1, rng.choice([1, 2, 3, 64, 100, 4096, 5000, 65536]))
+                        for _ in range(rng.randint(1, 6)))
+        n = rng.choice([2, 3, 4, 7, 8, 16, 64])
+        sizes = [numel for count, _, numel in tensors for _ in range(count)]
+        assert greedy_partition_max(tensors, n) == _torch_greedy(sizes, n)
+
+
+def test_greedy_partition_on_a_real_layer_stack():
+    h, ffn, layers = 768, 3072, 12
+    tensors = tuple((layers, d0, numel) for d0, numel in layer_tensors(h, ffn, 1)) + ((1, 50257, 50257 * h),)
+    sizes = [numel for count, _, numel in tensors for _ in range(count)]
+    for n in (2, 4, 8):
+        assert greedy_partition_max(tensors, n) == _torch_greedy(sizes, n)
+
+
+# FSDP2: dim-0 chunks -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_fsdp_shard_is_torch_chunk_of_dim_0(n):
+    h, ffn, t = 96, 384, 2
+    shapes = [(3 * h // t, h), (3 * h // t,), (h, h // t), (h,), (ffn // t, h), (h, ffn // t), (h,), (7, h), (1, h)]
+    tensors = tuple((1, shape[0], math.prod(shape)) for shape in shapes)
+    rank0 = sum(torch.empty(shape).chunk(n, dim=0)[0].numel() if shape[0] >= n else
+                math.prod(shape[1:]) for shape in shapes)  # fewer rows than ranks: rank 0 holds one row
+    assert fsdp_shard_elements(tensors, n) == rank0
+
+
+# Interleaved 1F1B: torch's own schedule ---------------------------------------------------------------
+
+def _torch_interleaved_peak(p: int, m: int, v: int, rank: int) -> tuple[int, ...]:
+    """Microbatches in flight per local chunk when rank's total first peaks, from torch's action list."""
+    schedule = object.__new__(ScheduleInterleaved1F1B)  # only the order computation, no process group
+    rounds = max(1, m // p)
+    schedule.n_local_stages, schedule.pp_group_size, schedule._n_microbatches = v, p, m
+    schedule.number_of_rounds, schedule.microbatches_per_round = rounds, m // rounds
+    live, best = [0] * v, (0, None)
+    for action in schedule._calculate_single_rank_operations(rank):
+        if action is None:
+            continue
+        local = (action.stage_index - rank) // p
+        if action.computation_type == _ComputationType.FORWARD:
+            live[local] += 1
+        elif action.computation_type == _ComputationType.FULL_BACKWARD:
+            live[local] -= 1
+        if sum(live) > best[0]:
+            best = (sum(live), tuple(live))
+    return best[1]
+
+
+@pytest.mark.parametrize("p, v", [(2, 2), (4, 2), (4, 3), (8, 2)])
+def test_interleaved_in_flight_matches_torch_schedule(p, v):
+    for m in (1, 2, 3, 4, 8, 12, 16, 32):
+        if m % max(1, m // p):
+            continue  # torch rejects these
+        for rank in range(p):
+            assert in_flight("interleaved", p, m, v, rank) == _torch_interleaved_peak(p, m, v, rank), (p, v, m, rank)
+
+
+# Bucketed overlap -----------------------------------------------------------------------------------
+
+def _simulated_exposed(total, bucket, compute, kind, n, alpha, beta):
+    """Buckets ready as their gradients are; each waits for the link, then takes its collective time."""
+    free, ready, left = 0.0, 0.0, total
+    while left > 0:
+        size = min(bucket, left)
+        ready += compute * size / total
+        free = max(free, ready) + collective_time(kind, size, n, alpha, beta)
+        left -= size
+    return max(0.0, free - compute)
+
+
+def test_bucketed_overlap_matches_a_bucket_by_bucket_simulation():
+    rng = random.Random(1)
+    for _ in range(300):
+        bucket = rng.choice([1e4, 1e6, 25 * 2**20, 1e8, 2e9])
+        total = rng.uniform(1e5, min(1e9, 1000 * bucket))
+        compute = rng.choice([0.0, 1e-4, 1e-2, 1.0])
+        args = (total, bucket, compute, rng.choice(["all-reduce", "reduce-scatter"]), rng.choice([2, 8, 64]),
+                rng.choice([0.0, 1e-5]), rng.choice([1e9, 1e11]))
+        # the simulation adds ready times bucket by bucket: allow its rounding, ~1e-16 s per bucket-second
+        assert bucketed_exposed_time(*args) == pytest.approx(_simulated_exposed(*args), rel=1e-9, abs=1e-12)
+
+
+def test_one_bucket_exposes_the_whole_all_reduce():
+    t = collective_time("all-reduce", 1e8, 8, 1e-5, 1e10)
+    assert bucketed_exposed_time(1e8, 1e9, 0.5, "all-reduce", 8, 1e-5, 1e10) == pytest.approx(t)
+
+
+# Predictions: invariants over a grid -------------------------------------------------------------------
+
+def test_predictions_are_consistent_over_a_grid():
+    for cfg in grid(3000)[::3]:
+        out = predict(cfg)
+        for stage in out["memory_bytes_by_stage"]:
+            parts = stage["parameters"] + stage["gradients"] + stage["optimizer_states"] + stage["activations"]
+            assert stage["total"] == pytest.approx(parts)
+            assert min(stage.values()) >= 0
+        assert out["memory_bytes"] == out["memory_bytes_by_stage"][out["peak_stage"]]
+        assert out["memory_bytes"]["total"] == max(out["memory_bytes_per_stage"])
+        assert sum(out["parameters_per_stage"]) >= out["parameters"] / cfg.layout.tp
+        time = out["time_s"]
+        assert time["compute"] > 0 and time["communication_exposed"] >= 0 and time["bubble"] >= -1e-12
+        assert time["iteration"] == pytest.approx(time["compute"] + time["communication_exposed"] + time["bubble"])
+        assert 0 <= out["bubble_fraction"] < 1
+        if cfg.layout.dp == 1:
+            assert out["communication_bytes"]["data_parallel"] == 0
+
+
+@pytest.mark.parametrize("dp", [2, 8])
+def test_each_zero_stage_lowers_model_states_when_stages_hold_several_layers(dp):
+    spec = presets.model("megatron-1.7b")
+    totals = []
+    for zero in range(4):
+        out = predict(Config(model=spec, layout=Layout(dp=dp, pp=2, schedule="1f1b", zero=zero, microbatches=4), training=Training("mixed")))
+        mem = out["memory_bytes"]
+        totals.append(mem["parameters"] + mem["gradients"] + mem["optimizer_states"])
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+
+
+def test_recomputation_trades_memory_for_flops():
+    spec = presets.model("gpt2-medium")
+    out = {rc: predict(Config(model=spec, layout=Layout(micro_batch=8, recompute=rc), training=Training("mixed")))
+           for rc in ("none", "selective", "full")}
+    acts = [out[rc]["memory_bytes"]["activations"] for rc in ("none", "selective", "full")]
+    hw = [out[rc]["flops"]["hardware"] for rc in ("none", "selective", "full")]
+    assert acts == sorted(acts, reverse=True) and hw == sorted(hw)
+
+
+def test_tensor_parallel_communication_is_four_all_reduces_per_layer_and_microbatch():
+    spec = ModelSpec(name="x", layers=6, hidden=512, heads=8, vocab=1000, seq=256)
+    t, b, m = 4, 2, 3
+    out = predict(Config(model=spec, layout=Layout(tp=t, micro_batch=b, microbatches=m), training=Training("mixed")))
+    message = b * spec.seq * spec.hidden * 2
+    assert out["communication_bytes"]["tensor_parallel"] == pytest.approx(m * spec.layers * 4 * 2 * (t - 1) / t * message)
+
+
+def test_pipeline_sends_one_activation_and_one_gradient_per_microbatch_and_boundary():
+    spec = ModelSpec(name="x", layers=8, hidden=256, heads=4, vocab=1000, seq=128, tied=False)
+    b, m = 4, 6
+    out = predict(Config(model=spec, layout=Layout(pp=4, schedule="1f1b", micro_batch=b, microbatches=m)))
+    # a middle rank sends its output forward and its input gradient backward, fp32
+    assert out["communication_bytes"]["pipeline_parallel"] == 2 * m * b * spec.seq * spec.hidden * 4
+
+
+def test_2bw_holds_two_weight_versions_and_pipedream_one_per_microbatch_in_flight():
+    spec = ModelSpec(name="x", layers=8, hidden=256, heads=4, vocab=1000, seq=128)
+    stages = {s: predict(Config(model=spec, layout=Layout(pp=4, schedule=s, microbatches=8)))["memory_bytes_by_stage"]
+              for s in ("1f1b", "2bw", "pipedream")}
+    for r in range(4):
+        assert stages["2bw"][r]["parameters"] == 2 * stages["1f1b"][r]["parameters"]
+        assert stages["pipedream"][r]["parameters"] == (4 - r) * stages["1f1b"][r]["parameters"]
+
+
+def test_predict_rejects_an_invalid_configuration():
+    with pytest.raises(ConfigError) as e:
+        predict(Config(model=ModelSpec(heads=3), layout=Layout()))
+    assert e.value.field == "heads"
