@@ -142,6 +142,10 @@ class TwoBWPipeline:
         """
         return self._buffers[self._newest_buffer()]
 
+    def weight_buffers(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Both weight buffers (the two versions, in no fixed order), e.g. for memory accounting."""
+        return self._buffers
+
     @property
     def newest_version(self) -> int:
         return max(self._buffer_version)
