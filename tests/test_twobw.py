@@ -202,7 +202,7 @@ def _run_scenario(rank, out_dir, name, d, stage, replica, group, dp_group, m, ba
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("twobw")
-    codes = spawn(_runtime_worker, 4, (str(out / "store"), str(out)), timeout=150)
+    codes = spawn(_runtime_worker, 4, (str(out / "store"), str(out)), timeout=100)  # under pytest-timeout (120 s)
     errors = "".join(p.read_text() for p in out.glob("error_rank*.txt"))
     assert codes == [0] * 4, f"exit codes {codes}\n{errors}"
     return {f.stem: torch.load(f) for f in out.glob("*_r*_s*.pt")}
