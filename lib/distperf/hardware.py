@@ -40,6 +40,13 @@ class Hardware:
     devices_per_node: int
     flops_efficiency: float = 1.0  # achieved / peak for the model's matrix products
 
+    def __post_init__(self):
+        # the cost model caches per hardware: hash the fields once, not on every lookup
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     def flops(self, precision: str) -> float:
         """Achieved FLOP/s for the given training precision (fp32 or mixed)."""
         return (self.flops_16bit if precision == "mixed" else self.flops_fp32) * self.flops_efficiency

@@ -2,7 +2,7 @@
 
 Builds a grid of valid configurations (models from the presets × dp × tp × pp × schedule × microbatches
 × ZeRO stage × recomputation × precision), then times :func:`distperf.cost.predict` over the first N of
-them, validation included, and prints configurations per second of CPU time (what the code costs) and
+them in grid order (as a sweep visits them) or shuffled, validation included, and prints configurations per second of CPU time (what the code costs) and
 of wall-clock time (what a busy machine gives). A benchmark, not a test: nothing
 asserts on the number.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import random
 import time
 
 from ..config import Config, ConfigError, Layout, Training, validate
@@ -46,8 +47,13 @@ def grid(count: int) -> list[Config]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=100_000, help="configurations to evaluate (default 10^5)")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="evaluate in a random order (seeded), so that consecutive configurations share less "
+                             "of what the cost model caches")
     args = parser.parse_args(argv)
     configs = grid(args.count)
+    if args.shuffle:
+        random.Random(0).shuffle(configs)
     hw = PRESETS["A100-80GB"]
     wall, cpu = time.perf_counter(), time.process_time()
     for cfg in configs:

@@ -21,6 +21,7 @@ bubble = that rank's idle time inside the pipeline phase.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from ..config import Config, stage_layers, validate
@@ -39,22 +40,26 @@ DP_COLLECTIVES = {0: "all-reduce", 1: "reduce-scatter + all-gather", 2: "all-gat
 
 
 class _Stage(NamedTuple):
-    """What a pipeline rank's layers, embedding and head cost, whatever its place in the schedule."""
+    """A pipeline rank's costs apart from its place in the schedule and the number of microbatches:
+    its model states, and the time and bytes of one microbatch and of one optimizer step."""
 
-    parameters: int
+    parameters: int  # elements on one tensor-parallel rank, before ZeRO
     weights: float  # bytes of one weight version (sharded with ZeRO-3)
-    gathered: float  # ZeRO-3: one unit's unsharded parameters
+    gathered: float  # ZeRO-3: one unit's parameters, unsharded while it works
     gradients: float
     optimizer_states: float
-    per_microbatch: float  # t_r: compute + communication on the critical path
-    compute: float  # per microbatch
-    exposed: float  # communication per microbatch
-    step_exposed: float  # communication after the last backward
-    optimizer: float  # optimizer step
-    backward: float  # one backward, as it delays the drain
-    dp_bytes: float
-    tp_bytes: float
-    pp_bytes: float
+    states: float  # weights + gathered + gradients + optimizer states
+    microbatch: float  # t_r: compute + communication on the critical path
+    compute: float  # of one microbatch
+    exposed: float  # communication on the critical path, one microbatch
+    drain: float  # one backward and its send: how much this rank delays the flush behind it
+    step_exposed: float  # communication after the last backward (data parallel, tied embeddings)
+    optimizer: float  # one optimizer step
+    dp_bytes_step: float
+    dp_bytes_microbatch: float
+    tp_bytes_microbatch: float
+    pp_bytes_microbatch: float
+    pp_bytes_step: float
 
 
 def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_BUCKET_BYTES,
@@ -63,113 +68,32 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
 
     Keys: parameters, parameters_per_stage, flops {model, hardware}, memory_bytes {parameters,
     gradients, optimizer_states, activations, total} (most loaded rank), memory_bytes_per_stage
-    (totals), memory_bytes_by_stage (the categories of every pipeline rank), peak_stage, fits, communication_bytes {data_parallel, tensor_parallel, pipeline_parallel},
-    collectives (same keys), time_s {compute, communication_exposed, bubble, iteration},
-    bubble_fraction, hardware.
+    (totals), memory_bytes_by_stage (the categories of every pipeline rank), peak_stage, fits,
+    communication_bytes {data_parallel, tensor_parallel, pipeline_parallel}, collectives (same keys),
+    time_s {compute, communication_exposed, bubble, iteration}, bubble_fraction, hardware.
     """
     if check:
         validate(cfg)
     hw = hw or PRESETS[DEFAULT]
     spec, lay, tr = cfg.model, cfg.layout, cfg.training
-    h, ffn, a, s, vocab, tied = spec.hidden, spec.ffn, spec.heads, spec.seq, spec.vocab, spec.tied
+    h, a, s, vocab = spec.hidden, spec.heads, spec.seq, spec.vocab
     b, m, p, v, t, dp = lay.micro_batch, lay.microbatches, lay.pp, lay.chunks, lay.tp, lay.dp
-    zero, sp, rc, sched = lay.zero, lay.sequence_parallel, lay.recompute, lay.schedule
-    dropout = spec.dropout > 0
-    pb, gb, ob = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)
-    vb = pb  # activations are kept in the parameters' precision: 2 bytes mixed, 4 fp32
+    sp, rc, sched = lay.sequence_parallel, lay.recompute, lay.schedule
     layers = stage_layers(spec, lay)
     n_chunks = p * v
 
-    # per layer and per microbatch, on one tensor-parallel rank
-    p_layer = par.layer_parameters_per_tp_rank(h, ffn, t)
-    stash_layer = act.layer_activation_bytes(s, b, h, a, t, sp, dropout, vb, rc)
-    working = act.recompute_working_bytes(s, b, h, a, t, sp, dropout, vb, rc)
-    stash_embed = act.embedding_stash_bytes(s, b, h, dropout)
-    stash_head = act.head_stash_bytes(s, b, h, vocab, t, sp, vb)
-    p_embed = par.embedding_parameters(h, vocab, s)
-    p_head = par.head_parameters(h, vocab, tied, p)
-    rate = hw.flops(tr.precision)
-    f_layer = fl.layer_forward_flops(b, s, h, ffn) / t
-    f_recompute = fl.recompute_forward_flops(b, s, h, ffn, rc) / t
-    f_head = fl.head_forward_flops(b, s, h, vocab)  # the head is replicated: every tp rank computes it
-
-    message = b * s * h * vb  # one microbatch's activation (or its gradient) at a layer boundary
-    tp_bytes_layer = tp_time_layer = 0.0
-    if t > 1:  # two all-reduces forward, two backward, two more when full recomputation reruns the forward
-        per_layer = 6 if rc == "full" else 4
-        tp_bytes_layer = per_layer * sent_bytes("all-reduce", message, t)
-        tp_time_layer = per_layer * collective_time("all-reduce", message, t, *hw.link(t))
-    send_time = collective_time("send", message, 2, *hw.link(t * dp * p)) if p > 1 else 0.0
-    dp_link = hw.link(t * dp)
-    tied_copy = tied and p > 1  # first and last stage all-reduce the two embedding copies' gradients
-    tied_bytes = tied_time = 0.0
-    if tied_copy:
-        tied_bytes = sent_bytes("all-reduce", vocab * h * gb, 2)
-        tied_time = collective_time("all-reduce", vocab * h * gb, 2, *hw.link(t * dp * p))
-
-    # what a rank's layers, embedding and head cost, whatever its place in the schedule; ranks with the
-    # same layers and ends share it
+    # ranks with the same layers and ends cost the same apart from the schedule
     keys = [(layers[r] if v == 1 else sum(layers[r::p]), r == 0, r == p - 1) for r in range(p)]
     stages: dict[tuple, _Stage] = {}
     for key in keys:
-        if key in stages:
-            continue
-        n_layers, first, last = key
-        params = n_layers * p_layer + (p_embed if first else 0) + (p_head if last else 0)
-
-        # model states (ZeRO shards over the dp replicas of this rank)
-        owned, transient = params, 0
-        if zero and dp > 1:
-            tensors = _rank_tensors(h, ffn, t, vocab, s, n_layers, first, last, p_head > 2 * h)
-            owned = greedy_partition_max(tensors, dp) if zero == 1 else fsdp_shard_elements(tensors, dp)
-            if zero >= 2:  # one FSDP unit's unsharded gradient (and, ZeRO-3, parameters) at a time
-                transient = max(p_layer if n_layers else 0, p_embed if first else 0, p_head if last else 0)
-        held = (owned if zero == 3 and dp > 1 else params) * pb  # one weight version
-        mem_grads = (owned if zero >= 2 else params) * gb + transient * gb
-        mem_opt = (owned if zero >= 1 else params) * ob
-
-        # one microbatch's time
-        forward = n_layers * f_layer + (f_head if last else 0)
-        compute_fwd = forward / rate
-        compute_bwd = (2 * forward + n_layers * f_recompute) / rate
-        sends = 2 * v - first - last  # every chunk sends forward and backward but the model's ends
-        tp_time = n_layers * tp_time_layer
-
-        grads = params * gb
-        dp_bytes = mb_exposed = step_exposed = 0.0
-        if dp > 1:
-            if zero == 0:
-                dp_bytes = sent_bytes("all-reduce", grads, dp)
-                exposed = bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "all-reduce", dp, *dp_link)
-                if sched == "pipedream":  # a weight update, hence a reduction, after every microbatch
-                    dp_bytes *= m
-                    mb_exposed = exposed
-                else:
-                    step_exposed = exposed
-            elif zero == 1:
-                dp_bytes = sent_bytes("reduce-scatter", grads, dp) + sent_bytes("all-gather", params * pb, dp)
-                step_exposed = (bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "reduce-scatter", dp, *dp_link)
-                                + collective_time("all-gather", params * pb, dp, *dp_link))
-            else:  # FSDP2: per microbatch, gather parameters for forward, reduce-scatter gradients in backward
-                gathers = 1 if zero == 2 else 2
-                dp_bytes = m * (gathers * sent_bytes("all-gather", params * pb, dp)
-                                + sent_bytes("reduce-scatter", grads, dp))
-                gather = collective_time("all-gather", params * pb, dp, *dp_link)
-                mb_exposed = (max(0.0, gather - compute_fwd)
-                              + bucketed_exposed_time(grads, p_layer * gb, compute_bwd, "reduce-scatter", dp, *dp_link)
-                              + (max(0.0, gather - compute_bwd) if zero == 3 else 0.0))
-        optimizer = owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth * (m if sched == "pipedream" else 1)
-        if tied_copy and (first or last):
-            step_exposed += tied_time
-        exposed = tp_time + sends * send_time + mb_exposed
-        gathered = transient * pb if zero == 3 else 0
-        stages[key] = _Stage(params, held, gathered, mem_grads, mem_opt,
-                             compute_fwd + compute_bwd + exposed, compute_fwd + compute_bwd, exposed, step_exposed, optimizer,
-                             compute_bwd + tp_time / 2, dp_bytes, m * n_layers * tp_bytes_layer,
-                             m * sends * message + (tied_bytes if tied_copy and (first or last) else 0.0))
+        if key not in stages:
+            stages[key] = _stage(*key, h, spec.ffn, s, vocab, spec.tied, b, t, dp, p, v, sp, rc, lay.zero,
+                                 tr.precision, tr.optimizer, tr.momentum, sched == "pipedream", hw, bucket_bytes)
     ranks = [stages[key] for key in keys]
 
-    # memory: weight versions and activations (what each in-flight microbatch stashes, plus one recomputed layer)
+    # activations: what each in-flight microbatch stashes, plus one recomputed layer
+    stash_layer, stash_embed, stash_head, working = _stashes(s, b, h, a, vocab, t, sp, spec.dropout > 0,
+                                                             tr.precision, rc)
     flights = in_flight_per_rank(sched, p, m, v)
     if v == 1:
         activations = [working + n[0] * k * stash_layer for n, k in zip(flights, layers)]
@@ -181,56 +105,163 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             for c, count in zip(range(r, n_chunks, p), counts):
                 activations[r] += count * (layers[c] * stash_layer + (stash_embed if c == 0 else 0)
                                            + (stash_head if c == n_chunks - 1 else 0))
-    weights = [rank.weights + rank.gathered for rank in ranks]
+
+    # memory by category, with the schedule's weight versions
+    by_stage = [{"parameters": rank.weights + rank.gathered, "gradients": rank.gradients,
+                 "optimizer_states": rank.optimizer_states, "activations": x, "total": rank.states + x}
+                for rank, x in zip(ranks, activations)]
     if sched in ("2bw", "pipedream"):
-        weights = [w + (weight_versions(sched, p, r) - 1) * rank.weights for r, (w, rank) in enumerate(zip(weights, ranks))]
-    by_stage = [{"parameters": w, "gradients": rank.gradients, "optimizer_states": rank.optimizer_states,
-                 "activations": a, "total": w + rank.gradients + rank.optimizer_states + a}
-                for w, rank, a in zip(weights, ranks, activations)]
+        for r, (stage, rank) in enumerate(zip(by_stage, ranks)):
+            extra = (weight_versions(sched, p, r) - 1) * rank.weights
+            stage["parameters"] += extra
+            stage["total"] += extra
     totals = [stage["total"] for stage in by_stage]
     peak = max(range(p), key=totals.__getitem__)
-    top = ranks[peak]
 
     # time: the pipeline, then each rank's step; the iteration ends with the last rank to finish
+    updates = m if sched == "pipedream" else 1  # PipeDream updates the weights after every microbatch
     if sched in FLUSHING:
-        pipe = pipeline_time(sched, [rank.per_microbatch for rank in ranks], m, v)
-        iteration, finish, slowest = -1.0, 0.0, top
+        pipe = pipeline_time(sched, [rank.microbatch for rank in ranks], m, v)
+        iteration, finish, slowest = -1.0, 0.0, ranks[0]
         drain = 0.0  # how long the flush still runs after rank r's last backward: ranks r − 1 … 0
         for rank in ranks:
             end = pipe - drain + rank.step_exposed + rank.optimizer
             if end > iteration:
                 iteration, finish, slowest = end, pipe - drain, rank
-            drain += (rank.backward + send_time) / v
+            drain += rank.drain / v
     else:  # no flush: in steady state every rank keeps the pace of the slowest
-        slowest = max(stages.values(), key=lambda rank: m * rank.per_microbatch + rank.step_exposed + rank.optimizer)
-        finish = m * slowest.per_microbatch
-        iteration = finish + slowest.step_exposed + slowest.optimizer
-    bubble = finish - m * slowest.per_microbatch
+        slowest = max(stages.values(), key=lambda rank: m * rank.microbatch + rank.step_exposed + updates * rank.optimizer)
+        finish = m * slowest.microbatch
+        iteration = finish + slowest.step_exposed + updates * slowest.optimizer
+    bubble = finish - m * slowest.microbatch
 
+    dp_bytes = tp_bytes = pp_bytes = 0.0
+    for rank in stages.values():
+        dp_bytes = max(dp_bytes, rank.dp_bytes_step + m * rank.dp_bytes_microbatch)
+        tp_bytes = max(tp_bytes, m * rank.tp_bytes_microbatch)
+        pp_bytes = max(pp_bytes, rank.pp_bytes_step + m * rank.pp_bytes_microbatch)
+    parameters, model_flops, hardware_flops = _model_totals(spec.layers, h, spec.ffn, vocab, s, spec.tied, rc)
     global_batch = b * m * dp
     return {
-        "parameters": par.model_parameters(spec.layers, h, ffn, vocab, s, tied),
+        "parameters": parameters,
         "parameters_per_stage": [rank.parameters for rank in ranks],
-        "flops": {"model": fl.model_flops(global_batch, spec.layers, s, h, ffn, vocab),
-                  "hardware": fl.hardware_flops(global_batch, spec.layers, s, h, ffn, vocab, rc)},
+        "flops": {"model": global_batch * model_flops, "hardware": global_batch * hardware_flops},
         "memory_bytes": by_stage[peak],
         "memory_bytes_per_stage": totals,
         "memory_bytes_by_stage": by_stage,
         "peak_stage": peak,
         "fits": totals[peak] <= hw.memory_capacity,
-        "communication_bytes": {"data_parallel": max(rank.dp_bytes for rank in stages.values()),
-                                "tensor_parallel": max(rank.tp_bytes for rank in stages.values()),
-                                "pipeline_parallel": max(rank.pp_bytes for rank in stages.values())},
-        "collectives": {"data_parallel": DP_COLLECTIVES[zero] if dp > 1 else "none",
+        "communication_bytes": {"data_parallel": dp_bytes, "tensor_parallel": tp_bytes, "pipeline_parallel": pp_bytes},
+        "collectives": {"data_parallel": DP_COLLECTIVES[lay.zero] if dp > 1 else "none",
                         "tensor_parallel": ("all-gather + reduce-scatter" if sp else "all-reduce") if t > 1 else "none",
-                        "pipeline_parallel": ("send/recv" + (" + all-reduce (tied embeddings)" if tied_copy else ""))
+                        "pipeline_parallel": ("send/recv" + (" + all-reduce (tied embeddings)" if spec.tied else ""))
                         if p > 1 else "none"},
-        "time_s": {"compute": m * slowest.compute + slowest.optimizer,
+        "time_s": {"compute": m * slowest.compute + updates * slowest.optimizer,
                    "communication_exposed": m * slowest.exposed + slowest.step_exposed,
                    "bubble": bubble, "iteration": iteration},
         "bubble_fraction": bubble / iteration if iteration > 0 else 0.0,
         "hardware": hw.name,
     }
+
+
+@lru_cache(maxsize=1 << 15)
+def _stage(n_layers: int, first: bool, last: bool, h: int, ffn: int, s: int, vocab: int, tied: bool, b: int, t: int,
+           dp: int, p: int, v: int, sp: bool, rc: str, zero: int, precision: str, optimizer: str, momentum: bool,
+           pipedream: bool, hw: Hardware, bucket_bytes: float) -> _Stage:
+    """The costs of a pipeline rank holding ``n_layers`` layers (and the embedding if ``first``, the head
+    if ``last``), per microbatch and per step. Cached: a sweep over microbatches and schedules reuses it."""
+    pb, gb, ob = bytes_per_parameter(precision, optimizer, momentum)
+    p_layer = par.layer_parameters_per_tp_rank(h, ffn, t)
+    p_embed = par.embedding_parameters(h, vocab, s)
+    p_head = par.head_parameters(h, vocab, tied, p)
+    params = n_layers * p_layer + (p_embed if first else 0) + (p_head if last else 0)
+
+    # model states (ZeRO shards over the dp replicas of this rank)
+    owned, transient = params, 0
+    if zero and dp > 1:
+        tensors = _rank_tensors(h, ffn, t, vocab, s, n_layers, first, last, p_head > 2 * h)
+        owned = greedy_partition_max(tensors, dp) if zero == 1 else fsdp_shard_elements(tensors, dp)
+        if zero >= 2:  # one FSDP unit's unsharded gradient (and, ZeRO-3, parameters) at a time
+            transient = max(p_layer if n_layers else 0, p_embed if first else 0, p_head if last else 0)
+    weights = (owned if zero == 3 and dp > 1 else params) * pb  # one weight version
+    gradients = (owned if zero >= 2 else params) * gb + transient * gb
+    optimizer_states = (owned if zero >= 1 else params) * ob
+
+    # compute of one microbatch (the head is replicated: every tensor-parallel rank computes it)
+    rate = hw.flops(precision)
+    forward = n_layers * fl.layer_forward_flops(b, s, h, ffn) / t + (fl.head_forward_flops(b, s, h, vocab) if last else 0)
+    compute_fwd = forward / rate
+    compute_bwd = (2 * forward + n_layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t) / rate
+
+    # tensor parallel: two all-reduces forward, two backward, two more when full recomputation reruns the forward
+    message = b * s * h * pb  # one microbatch's activation (or its gradient), in the parameters' precision
+    tp_time = tp_bytes = 0.0
+    if t > 1:
+        collectives = n_layers * (6 if rc == "full" else 4)
+        tp_time = collectives * collective_time("all-reduce", message, t, *hw.link(t))
+        tp_bytes = collectives * sent_bytes("all-reduce", message, t)
+
+    # pipeline: every chunk sends forward and backward but the model's two ends; the tied head's gradient
+    sends = 2 * v - first - last
+    send_time = collective_time("send", message, 2, *hw.link(t * dp * p)) if p > 1 else 0.0
+    pp_bytes_step = step_exposed = 0.0
+    if tied and p > 1 and (first or last):
+        pp_bytes_step = sent_bytes("all-reduce", vocab * h * gb, 2)
+        step_exposed = collective_time("all-reduce", vocab * h * gb, 2, *hw.link(t * dp * p))
+
+    # data parallel
+    grads = params * gb
+    dp_link = hw.link(t * dp)
+    dp_step = dp_microbatch = mb_exposed = 0.0
+    if dp > 1:
+        if zero == 0:
+            exposed = bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "all-reduce", dp, *dp_link)
+            if pipedream:  # a weight update, hence a reduction, after every microbatch
+                dp_microbatch, mb_exposed = sent_bytes("all-reduce", grads, dp), exposed
+            else:
+                dp_step, step_exposed = sent_bytes("all-reduce", grads, dp), step_exposed + exposed
+        elif zero == 1:
+            dp_step = sent_bytes("reduce-scatter", grads, dp) + sent_bytes("all-gather", params * pb, dp)
+            step_exposed += (bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "reduce-scatter", dp, *dp_link)
+                             + collective_time("all-gather", params * pb, dp, *dp_link))
+        else:  # FSDP2: per microbatch, gather parameters for forward (and ZeRO-3 backward), reduce-scatter gradients
+            gathers = 1 if zero == 2 else 2
+            dp_microbatch = gathers * sent_bytes("all-gather", params * pb, dp) + sent_bytes("reduce-scatter", grads, dp)
+            gather = collective_time("all-gather", params * pb, dp, *dp_link)
+            mb_exposed = (max(0.0, gather - compute_fwd)
+                          + bucketed_exposed_time(grads, p_layer * gb, compute_bwd, "reduce-scatter", dp, *dp_link)
+                          + (max(0.0, gather - compute_bwd) if zero == 3 else 0.0))
+
+    exposed = tp_time + sends * send_time + mb_exposed
+    gathered = transient * pb if zero == 3 else 0
+    return _Stage(params, weights, gathered, gradients, optimizer_states, weights + gathered + gradients + optimizer_states,
+                  compute_fwd + compute_bwd + exposed, compute_fwd + compute_bwd, exposed,
+                  compute_bwd + tp_time / 2 + send_time, step_exposed,
+                  owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth,
+                  dp_step, dp_microbatch, tp_bytes, sends * message, pp_bytes_step)
+
+
+@lru_cache(maxsize=4096)
+def _stashes(s: int, b: int, h: int, a: int, vocab: int, t: int, sp: bool, dropout: bool, precision: str,
+             rc: str) -> tuple[float, float, float, float]:
+    """Activation bytes per microbatch of a layer, the embedding and the head, and the recomputation
+    working set; activations are kept in the parameters' precision (2 bytes mixed, 4 fp32)."""
+    vb = 2 if precision == "mixed" else 4
+    return (act.layer_activation_bytes(s, b, h, a, t, sp, dropout, vb, rc), act.embedding_stash_bytes(s, b, h, dropout),
+            act.head_stash_bytes(s, b, h, vocab, t, sp, vb), act.recompute_working_bytes(s, b, h, a, t, sp, dropout, vb, rc))
+
+
+@lru_cache(maxsize=4096)
+def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool, rc: str) -> tuple[int, int, int]:
+    """Parameters, and model and hardware FLOPs per sequence of the batch (both are linear in it)."""
+    return (par.model_parameters(layers, h, ffn, vocab, s, tied), fl.model_flops(1, layers, s, h, ffn, vocab),
+            fl.hardware_flops(1, layers, s, h, ffn, vocab, rc))
+
+
+def clear_caches() -> None:
+    """Forget cached per-stage costs (for benchmarks that must start cold)."""
+    for cached in (_stage, _stashes, _model_totals, greedy_partition_max):
+        cached.cache_clear()
 
 
 def _rank_tensors(h, ffn, t, vocab, s, n_layers, first, last, head_matrix):

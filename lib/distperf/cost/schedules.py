@@ -61,6 +61,10 @@ def in_flight_per_rank(schedule: str, p: int, m: int, v: int) -> list[tuple[int,
     """:func:`in_flight` for ranks 0 … p − 1."""
     if schedule in ("1f1b", "2bw"):
         return [(min(p - r, m),) for r in range(p)]
+    if schedule == "pipedream":
+        return [(p - r,) for r in range(p)]
+    if schedule in ("none", "gpipe"):
+        return [(1 if schedule == "none" else m,)] * p
     return [in_flight(schedule, p, m, v, r) for r in range(p)]
 
 
