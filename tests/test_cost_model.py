@@ -235,3 +235,19 @@ def test_benchmark_runs(capsys):
 
     assert benchmark.main(["--count", "200", "--shuffle"]) == 0
     assert "200 configurations" in capsys.readouterr().out
+
+
+def test_pipedream_reduces_gradients_after_every_microbatch():
+    spec = ModelSpec(name="x", layers=8, hidden=256, heads=4, vocab=1000, seq=128)
+    m = 8
+    comm = {s: predict(Config(model=spec, layout=Layout(dp=4, pp=4, schedule=s, microbatches=m)))["communication_bytes"]
+            for s in ("1f1b", "pipedream")}
+    assert comm["pipedream"]["data_parallel"] == pytest.approx(m * comm["1f1b"]["data_parallel"])
+
+
+def test_small_buckets_pay_latency_and_one_huge_bucket_cannot_overlap():
+    """The exposed all-reduce is U-shaped in the bucket size (Lu et al.'s "communication block size")."""
+    grads, backward = 4e8, 0.05
+    exposed = [bucketed_exposed_time(grads, bucket, backward, "all-reduce", 8, 2e-5, 2e10)
+               for bucket in (2**14, 2**20, 2**25, 2**30)]
+    assert exposed[0] > exposed[2] < exposed[3] and exposed[1] > exposed[2]

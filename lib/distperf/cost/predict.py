@@ -195,11 +195,12 @@ def _stage(n_layers: int, first: bool, last: bool, h: int, ffn: int, s: int, voc
 
     # tensor parallel: two all-reduces forward, two backward, two more when full recomputation reruns the forward
     message = b * s * h * pb  # one microbatch's activation (or its gradient), in the parameters' precision
-    tp_time = tp_bytes = 0.0
+    tp_time = tp_bytes = tp_backward = 0.0
     if t > 1:
+        all_reduce = collective_time("all-reduce", message, t, *hw.link(t))
         collectives = n_layers * (6 if rc == "full" else 4)
-        tp_time = collectives * collective_time("all-reduce", message, t, *hw.link(t))
-        tp_bytes = collectives * sent_bytes("all-reduce", message, t)
+        tp_time, tp_bytes = collectives * all_reduce, collectives * sent_bytes("all-reduce", message, t)
+        tp_backward = tp_time - 2 * n_layers * all_reduce
 
     # pipeline: every chunk sends forward and backward but the model's two ends; the tied head's gradient
     sends = 2 * v - first - last
@@ -212,18 +213,15 @@ def _stage(n_layers: int, first: bool, last: bool, h: int, ffn: int, s: int, voc
     # data parallel
     grads = params * gb
     dp_link = hw.link(t * dp)
-    dp_step = dp_microbatch = mb_exposed = 0.0
+    dp_step = dp_microbatch = dp_exposed = mb_exposed = 0.0
     if dp > 1:
         if zero == 0:
-            exposed = bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "all-reduce", dp, *dp_link)
-            if pipedream:  # a weight update, hence a reduction, after every microbatch
-                dp_microbatch, mb_exposed = sent_bytes("all-reduce", grads, dp), exposed
-            else:
-                dp_step, step_exposed = sent_bytes("all-reduce", grads, dp), step_exposed + exposed
+            dp_step = sent_bytes("all-reduce", grads, dp)
+            dp_exposed = bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "all-reduce", dp, *dp_link)
         elif zero == 1:
             dp_step = sent_bytes("reduce-scatter", grads, dp) + sent_bytes("all-gather", params * pb, dp)
-            step_exposed += (bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "reduce-scatter", dp, *dp_link)
-                             + collective_time("all-gather", params * pb, dp, *dp_link))
+            dp_exposed = (bucketed_exposed_time(grads, bucket_bytes, compute_bwd, "reduce-scatter", dp, *dp_link)
+                          + collective_time("all-gather", params * pb, dp, *dp_link))
         else:  # FSDP2: per microbatch, gather parameters for forward (and ZeRO-3 backward), reduce-scatter gradients
             gathers = 1 if zero == 2 else 2
             dp_microbatch = gathers * sent_bytes("all-gather", params * pb, dp) + sent_bytes("reduce-scatter", grads, dp)
@@ -231,12 +229,14 @@ def _stage(n_layers: int, first: bool, last: bool, h: int, ffn: int, s: int, voc
             mb_exposed = (max(0.0, gather - compute_fwd)
                           + bucketed_exposed_time(grads, p_layer * gb, compute_bwd, "reduce-scatter", dp, *dp_link)
                           + (max(0.0, gather - compute_bwd) if zero == 3 else 0.0))
+        if pipedream:  # a weight update, hence a reduction, after every microbatch
+            dp_microbatch, mb_exposed, dp_step, dp_exposed = dp_microbatch + dp_step, mb_exposed + dp_exposed, 0.0, 0.0
 
     exposed = tp_time + sends * send_time + mb_exposed
     gathered = transient * pb if zero == 3 else 0
     return _Stage(params, weights, gathered, gradients, optimizer_states, weights + gathered + gradients + optimizer_states,
                   compute_fwd + compute_bwd + exposed, compute_fwd + compute_bwd, exposed,
-                  compute_bwd + tp_time / 2 + send_time, step_exposed,
+                  compute_bwd + tp_backward + send_time, step_exposed + dp_exposed,
                   owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth,
                   dp_step, dp_microbatch, tp_bytes, sends * message, pp_bytes_step)
 
