@@ -1,0 +1,191 @@
+"""``python -m distperf run``: train one configuration on torch.distributed and measure it.
+
+The layout is checked before any process starts (a bad one ends with one line and status 2). A
+single-device layout runs in this process; any other starts pp·dp·tp ranks through torch's own
+launcher, ``python -m torch.distributed.run --standalone`` (gloo on CPU, NCCL on CUDA), each rank
+running :mod:`distperf.train`. The launch is bounded by ``--timeout``: a rank that raises, exits or
+hangs ends the run with status 1 and one line naming the rank and its error, and no process of the
+launch is left behind (they all carry a tag in their environment, and whatever still runs is killed).
+
+Output: a summary, or with ``--json`` the result: ``losses`` (global mean loss of each optimizer
+step), ``iteration_time_s`` {``median``, ``p10``, ``p90``} (after ``--warmup`` steps), ``tokens_per_s``
+(global batch · seq / median step time), ``config``, and the model-state bytes of each rank.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from ..cli_args import add_config_arguments
+from ..train import add_run_arguments, check_run, config_and_policy, config_to_json, options_from_args
+
+TAG = "DISTPERF_LAUNCH_TAG"
+
+
+class LaunchError(RuntimeError):
+    """The launch failed, hung past its timeout, or a rank failed."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p)
+    add_run_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    cfg, policy = config_and_policy(args)
+    opts = options_from_args(args)
+    check_run(cfg, opts)
+    if policy == "time":
+        from ..parallel.partition import resolve
+
+        cfg = resolve(cfg, "time", _timing_device(opts.device))
+    from ..parallel.loop import needs_distributed
+
+    try:
+        if needs_distributed(cfg):
+            result = launch({"config": config_to_json(cfg), "options": asdict(opts)}, cfg.layout.world_size,
+                            opts.timeout_s, opts.device)
+        else:
+            from ..parallel.loop import run_training
+
+            result = run_training(cfg, opts)
+    except LaunchError as e:
+        print(f"distperf run: error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=1) if args.json else summary(result))
+    return 0
+
+
+def _timing_device(device: str) -> str:
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", env: dict | None = None) -> dict:
+    """Run :mod:`distperf.train` on ``world_size`` local ranks under ``torch.distributed.run``; return
+    rank 0's result. Raises LaunchError on a failure or after ``timeout_s``; leaves no process behind."""
+    with tempfile.TemporaryDirectory(prefix="distperf-run-") as tmp:
+        spec_path, out_path, log_path = (os.path.join(tmp, n) for n in ("spec.json", "result.json", "launch.log"))
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        tag = uuid.uuid4().hex
+        child_env = {**os.environ, **(env or {}), TAG: tag}
+        if device != "cuda" and "OMP_NUM_THREADS" not in os.environ:
+            child_env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world_size))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+               "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.1",
+               "-m", "distperf.train", "--spec", spec_path, "--out", out_path]
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                code = None
+            finally:
+                _stop(proc, tag)
+        errors = _rank_errors(out_path, world_size)
+        if code is None:
+            raise LaunchError(f"the run did not finish within --timeout {timeout_s:g} s; all {world_size} ranks "
+                              f"were stopped" + (f" ({errors})" if errors else ""))
+        if code != 0 or not os.path.exists(out_path):
+            detail = "; ".join(d for d in (_root_cause(log_path), errors) if d) or _log_tail(log_path)
+            raise LaunchError(f"the launch failed (torch.distributed.run exit status {code}): {detail}")
+        with open(out_path) as f:
+            return json.load(f)
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    """Processes (ours) whose environment carries the launch tag: the launcher and every rank."""
+    found, needle = [], f"{TAG}={tag}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _stop(proc: subprocess.Popen, tag: str) -> None:
+    """Stop the launcher and all ranks: SIGTERM to the launcher (it stops its workers), then SIGKILL
+    to whatever carries the tag after a grace period."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and (proc.poll() is None or _tagged_processes(tag)):
+        time.sleep(0.05)
+    for pid in _tagged_processes(tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5.0
+    while _tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _rank_errors(out_path: str, world_size: int) -> str:
+    """The errors the ranks wrote, the earliest first (later ones are usually peers losing it)."""
+    found = []
+    for rank in range(world_size):
+        path = f"{out_path}.rank{rank}.error"
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = [line.strip() for line in f.read().splitlines() if line.strip()]
+            found.append((os.path.getmtime(path), f"rank {rank}: {' '.join(lines)[:300]}"))
+    return "; ".join(text for _, text in sorted(found))
+
+
+def _root_cause(log_path: str) -> str:
+    """torchrun's "Root Cause (first observed failure)": which rank, with which exit status."""
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    match = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text, re.S)
+    if not match:
+        return ""
+    rank, code = match.groups()
+    how = f"was killed by signal {-int(code)}" if int(code) < 0 else f"exited with status {code}"
+    return f"rank {rank} {how} first"
+
+
+def _log_tail(path: str, lines: int = 5) -> str:
+    with open(path, errors="replace") as f:
+        tail = [line.strip() for line in f.read().splitlines() if line.strip()][-lines:]
+    return " | ".join(tail)[-600:] or "no output"
+
+
+def summary(result: dict) -> str:
+    it = result["iteration_time_s"]
+    lay = result["config"]["layout"]
+    losses = result["losses"]
+    return "\n".join([
+        f"model {result['config']['model']['name']}  dp={lay['dp']} tp={lay['tp']} pp={lay['pp']} "
+        f"schedule={lay['schedule']} zero={lay['zero']} recompute={lay['recompute']}  "
+        f"world size {result['world_size']} on {result['options']['device']}",
+        f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps",
+        f"step time median {it['median'] * 1e3:.1f} ms (p10 {it['p10'] * 1e3:.1f}, p90 {it['p90'] * 1e3:.1f})",
+        f"throughput {result['tokens_per_s']:,.0f} tokens/s",
+    ])

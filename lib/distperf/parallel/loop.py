@@ -1,0 +1,141 @@
+"""The training loop every rank runs, and the measurements it returns.
+
+``run_training`` draws the global batch of each step from the data source (the same on every rank),
+times each optimizer step (the slowest rank's time: ranks meet in collectives anyway), and at the end
+combines the ranks' losses into the global mean loss of each step.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import sys
+import time
+from dataclasses import asdict
+
+import torch
+import torch.distributed as dist
+
+from ..config import Config
+from ..data import make_source
+from .common import RunOptions, Trainer
+from .mesh import build_mesh, init_distributed, resolve_device
+
+
+def needs_distributed(cfg: Config) -> bool:
+    """Whether the layout needs torch.distributed (the single-device reference does not)."""
+    lay = cfg.layout
+    return lay.world_size > 1 or lay.zero > 0
+
+
+def build_trainer(cfg: Config, opts: RunOptions, device: torch.device) -> Trainer:
+    """The trainer for this configuration (inside an initialised process group unless single-device)."""
+    if not needs_distributed(cfg):
+        from .single import SingleDeviceTrainer
+        return SingleDeviceTrainer(cfg, opts, device)
+    mesh = build_mesh(cfg.layout, device)
+    if cfg.layout.pp > 1:
+        from .pipeline import PipelineTrainer
+        return PipelineTrainer(cfg, opts, mesh, device)
+    from .spmd import SPMDTrainer
+    return SPMDTrainer(cfg, opts, mesh, device)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _fault(step: int) -> None:
+    """Test hook: ``DISTPERF_FAULT=kind:rank:step`` makes that rank raise, exit(3) or hang at that step."""
+    spec = os.environ.get("DISTPERF_FAULT")
+    if not spec:
+        return
+    kind, rank, at = spec.split(":")
+    if int(rank) != (dist.get_rank() if dist.is_initialized() else 0) or int(at) != step:
+        return
+    if kind == "raise":
+        raise RuntimeError(f"injected fault at step {step}")
+    if kind == "exit":
+        sys.stdout.flush()
+        os._exit(3)
+    if kind == "hang":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a hang that even ignores a polite stop
+        while True:
+            time.sleep(1)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dict:
+    """Train ``opts.steps`` steps; return the result on every rank (collective when distributed).
+
+    Joins the process group from the launcher's environment if the layout needs one. With
+    ``parameters`` the result also holds this rank's trained parameters, whole, by name (tests).
+    """
+    distributed = needs_distributed(cfg)
+    if distributed:
+        device = init_distributed(opts.device, opts.timeout_s)
+    else:
+        device = resolve_device(opts.device)
+    torch.manual_seed(opts.seed)
+    source = make_source(opts.data, cfg.model.vocab, cfg.model.seq, opts.seed)
+    trainer = build_trainer(cfg, opts, device)
+    batch = cfg.layout.global_batch
+    losses, times = [], []
+    for step in range(opts.steps):
+        _fault(step)
+        x, y = source.batch(step, batch)
+        x, y = x.to(device), y.to(device)
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = trainer.step(x, y)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss)
+    trainer.finish()
+
+    # Global mean loss of each step: the mean over the ranks that computed one (each holds the mean
+    # of an equal share of the batch). Slowest rank's time per step.
+    held = torch.tensor([[0.0 if v is None else v, 0.0 if v is None else 1.0] for v in losses], dtype=torch.float64)
+    step_times = torch.tensor(times, dtype=torch.float64)
+    state_bytes = [trainer.model_state_bytes()]
+    peak = [torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None]
+    if distributed:
+        held, step_times = held.to(device), step_times.to(device)
+        dist.all_reduce(held)
+        dist.all_reduce(step_times, op=dist.ReduceOp.MAX)
+        held, step_times = held.cpu(), step_times.cpu()
+        state_bytes = [None] * dist.get_world_size()
+        dist.all_gather_object(state_bytes, trainer.model_state_bytes())
+        peaks = [None] * dist.get_world_size()
+        dist.all_gather_object(peaks, peak[0])
+        peak = peaks
+    global_losses = (held[:, 0] / held[:, 1]).tolist() if bool((held[:, 1] > 0).all()) else \
+        [a / c if c else None for a, c in held.tolist()]
+    timed = step_times.tolist()[opts.warmup:] or step_times.tolist()
+    median = statistics.median(timed)
+    result = {
+        "config": cfg.to_dict(),
+        "options": {**asdict(opts), "device": device.type},
+        "data": source.describe(),
+        "world_size": cfg.layout.world_size,
+        "backend": dist.get_backend() if distributed else None,
+        "torch": torch.__version__,
+        "losses": global_losses,
+        "iteration_time_s": {"median": median, "p10": _percentile(timed, 0.1), "p90": _percentile(timed, 0.9),
+                             "steps": step_times.tolist(), "warmup_steps_excluded": len(step_times) - len(timed)},
+        "tokens_per_s": batch * cfg.model.seq / median,
+        "model_state_bytes": state_bytes,
+        "peak_memory_bytes": peak,
+    }
+    if parameters:
+        result["parameters"] = trainer.full_parameters()
+    return result

@@ -1,0 +1,78 @@
+"""Process groups and the DeviceMesh of a layout.
+
+Ranks form a ``pp × dp × tp`` mesh, tp varying fastest, then dp, then pp (torchtitan's and
+Megatron-LM's order): the tensor-parallel group, which communicates in every layer, gets the nearest
+ranks (one node's fast links); the replicas of a stage (dp) come next, as PipeDream-2BW places them;
+the pipeline, which only sends activations between neighbours, spans the farthest.
+
+Order in which a trainer applies the parallelisms to its model part (as torchtitan does):
+
+1. pipeline split: build only this rank's stage(s) (:func:`distperf.model.build_stage`);
+2. tensor (+ sequence) parallelism on the tp mesh (:mod:`distperf.parallel.tensor`);
+3. activation recomputation (:func:`distperf.model.set_recompute`);
+4. data parallelism / ZeRO on the dp mesh (:mod:`distperf.parallel.data`);
+5. the pipeline schedule over the pp group (:mod:`distperf.parallel.pipeline`).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from ..config import Layout
+
+DIMS = ("pp", "dp", "tp")
+
+
+def resolve_device(kind: str, local_rank: int = 0) -> torch.device:
+    """``auto`` → CUDA if present, else CPU; ``cuda`` → this process's GPU (LOCAL_RANK)."""
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> torch.device:
+    """Join the process group described by the launcher's environment (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT, LOCAL_RANK — set by torchrun, ``accelerate launch`` or our tests):
+    NCCL on CUDA, gloo on CPU. Every collective then fails after ``timeout_s`` instead of hanging."""
+    dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", 0)))
+    if not dist.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    return dev
+
+
+def build_mesh(layout: Layout, device: torch.device) -> DeviceMesh:
+    """The ``("pp", "dp", "tp")`` mesh of this layout; its size must be the world size."""
+    shape = (layout.pp, layout.dp, layout.tp)
+    if dist.get_world_size() != layout.world_size:
+        raise RuntimeError(f"the layout needs {layout.world_size} ranks (pp·dp·tp), the launcher started "
+                           f"{dist.get_world_size()}")
+    return init_device_mesh(device.type, shape, mesh_dim_names=DIMS)
+
+
+def coordinates(mesh: DeviceMesh) -> dict[str, int]:
+    """This rank's position on each mesh dimension."""
+    return {name: mesh.get_local_rank(name) for name in DIMS}
+
+
+def end_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
+    """For tied embeddings with pp > 1: one group per (dp, tp) position holding the first and the
+    last pipeline rank (every rank creates all of them, in the same order); returns this rank's
+    group, or None if it holds neither end."""
+    ranks = mesh.mesh  # shape (pp, dp, tp), global ranks
+    mine = None
+    for d in range(ranks.shape[1]):
+        for t in range(ranks.shape[2]):
+            members = sorted({int(ranks[0, d, t]), int(ranks[-1, d, t])})
+            group = dist.new_group(members)
+            if dist.get_rank() in members:
+                mine = group
+    return mine

@@ -1,0 +1,41 @@
+"""The single-device reference: the whole model, one optimizer, no torch.distributed.
+
+With ``microbatches`` m > 1 it accumulates the gradient of m equal microbatches (each loss divided
+by m), which is the same update as one pass over the whole batch. Every other trainer must match
+this one's losses and parameters (tests/test_parallel_*.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import Config
+from ..model import build_model, lm_loss, set_recompute
+from .common import RunOptions, Trainer, make_optimizer
+
+
+class SingleDeviceTrainer(Trainer):
+    def __init__(self, cfg: Config, opts: RunOptions, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.model = build_model(cfg.model, opts.seed, device=device)
+        set_recompute(self.model, cfg.layout.recompute)
+        if cfg.training.precision == "mixed":
+            self.model.autocast_dtype = torch.bfloat16
+        self.optimizer = make_optimizer(self.model.parameters(), cfg.training, opts.lr)
+        self.remember_parameters()
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        m = self.cfg.layout.microbatches
+        self.optimizer.zero_grad()
+        total = torch.zeros((), device=self.device)
+        for x, y in zip(inputs.chunk(m), targets.chunk(m)):
+            loss = lm_loss(self.model(x), y) / m
+            loss.backward()
+            total += loss.detach()
+        self.optimizer.step()
+        return total.item()
+
+    def model_parts(self):
+        return [self.model]
+
+    def optimizer_states(self):
+        return [self.optimizer.state]

@@ -1,0 +1,51 @@
+"""The trainer for layouts without pipelining: dp × tp ranks, any ZeRO stage, recomputation.
+
+Every rank builds the whole model, shards it over tp (DTensor), wraps it for dp (DDP / ZeRO), and
+accumulates the gradients of its m microbatches, reducing them over dp only after the last one.
+"""
+from __future__ import annotations
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh
+
+from ..config import Config
+from ..model import build_model, lm_loss, set_recompute
+from .common import RunOptions, Trainer, split_rows
+from .data import apply_data_parallel, data_parallel_optimizer, gradient_sync, optimizer_state
+from .tensor import apply_tensor_parallel
+
+
+class SPMDTrainer(Trainer):
+    def __init__(self, cfg: Config, opts: RunOptions, mesh: DeviceMesh, device: torch.device):
+        lay = cfg.layout
+        self.cfg, self.device, self.mesh = cfg, device, mesh
+        self.dp_rank = mesh.get_local_rank("dp")
+        model = build_model(cfg.model, opts.seed, device=device)
+        if cfg.training.precision == "mixed":
+            model.autocast_dtype = torch.bfloat16
+        if lay.tp > 1:
+            apply_tensor_parallel(model, mesh["tp"], lay.sequence_parallel)
+        set_recompute(model, lay.recompute)
+        self.model = apply_data_parallel(model, cfg, mesh["dp"], opts.bucket_mb, device)
+        self.optimizer = data_parallel_optimizer(self.model.parameters(), cfg, mesh["dp"], opts.lr)
+        self.remember_parameters()
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        lay = self.cfg.layout
+        x, y = split_rows(inputs, self.dp_rank, lay.dp), split_rows(targets, self.dp_rank, lay.dp)
+        m = lay.microbatches
+        self.optimizer.zero_grad()
+        total = torch.zeros((), device=self.device)
+        for i, (xi, yi) in enumerate(zip(x.chunk(m), y.chunk(m))):
+            with gradient_sync(self.model, i == m - 1):
+                loss = lm_loss(self.model(xi), yi) / m
+                loss.backward()
+            total += loss.detach()
+        self.optimizer.step()
+        return total.item()
+
+    def model_parts(self):
+        return [self.model]
+
+    def optimizer_states(self):
+        return [optimizer_state(self.optimizer)]

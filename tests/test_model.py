@@ -1,0 +1,182 @@
+"""The model the trainers run, the data it reads, and the pipeline partition policies (one process)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from distperf import presets
+from distperf.config import Config, ConfigError, Layout, ModelSpec, validate
+from distperf.data import SyntheticTokens, TextCorpus, decode, encode, make_source
+from distperf.model import Attention, Block, build_model, build_stages, layer_input, lm_loss, set_recompute
+from distperf.parallel.partition import balanced, parameter_costs, resolve
+
+SPEC = ModelSpec(layers=4, hidden=32, heads=4, vocab=64, seq=8)
+
+
+def _tokens(spec, batch=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(spec.vocab, (batch, spec.seq), generator=g)
+
+
+# ---------------------------------------------------------------- shapes follow the conventions
+def test_parameter_count_follows_the_conventions():
+    h, f, V, s, L = SPEC.hidden, SPEC.ffn, SPEC.vocab, SPEC.seq, SPEC.layers
+    layer = 4 * h * h + 2 * h * f + 9 * h + f
+    assert layer == 12 * h * h + 13 * h
+    assert sum(p.numel() for p in Block(SPEC).parameters()) == layer
+    tied = build_model(SPEC)
+    assert sum(p.numel() for p in tied.parameters()) == V * h + s * h + L * layer + 2 * h
+    untied = build_model(replace(SPEC, tied=False))
+    assert sum(p.numel() for p in untied.parameters()) == 2 * V * h + s * h + L * layer + 2 * h
+    assert tied.head.weight is tied.tok.weight
+
+
+def test_stages_hold_their_slice_with_the_whole_models_names_and_weights():
+    whole = dict(build_model(SPEC, seed=3).named_parameters())
+    stages = build_stages(SPEC, (1, 2, 1), seed=3)
+    assert [s.layer_ids for s in stages] == [[0], [1, 2], [3]]
+    assert hasattr(stages[0], "tok") and not hasattr(stages[1], "tok") and not hasattr(stages[0], "head")
+    seen = set()
+    for stage in stages:
+        for name, p in stage.named_parameters():
+            reference = whole["tok.weight"] if name == "head.weight" else whole[name]  # tied copy on the last stage
+            assert torch.equal(p, reference), name
+            seen.add(name)
+    assert set(whole) <= seen
+
+
+def test_chained_stages_compute_the_whole_model():
+    whole, stages = build_model(SPEC, seed=1), build_stages(SPEC, (3, 1), seed=1)
+    x = _tokens(SPEC)
+    y = x
+    for stage in stages:
+        y = stage(y)
+    torch.testing.assert_close(y, whole(x), rtol=1e-6, atol=1e-6)
+
+
+def test_gpt_is_causal_and_bert_is_not():
+    x = _tokens(SPEC)
+    changed = x.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % SPEC.vocab
+    gpt = build_model(SPEC)
+    torch.testing.assert_close(gpt(x)[:, :-1], gpt(changed)[:, :-1])
+    bert = build_model(replace(SPEC, arch="bert"))
+    assert not torch.allclose(bert(x)[:, 0], bert(changed)[:, 0])
+
+
+def test_qkv_is_head_major_so_a_column_shard_holds_whole_heads():
+    """The first half of qkv's output rows computes the first half of the heads exactly."""
+    attn = build_model(SPEC).layers["0"].attn
+    x = layer_input(SPEC, 2, generator=torch.Generator().manual_seed(0))
+    rows = 3 * SPEC.hidden // 2
+    half = Attention(SPEC)
+    half.qkv = torch.nn.Linear(SPEC.hidden, rows)
+    with torch.no_grad():
+        half.qkv.weight.copy_(attn.qkv.weight[:rows])
+        half.qkv.bias.copy_(attn.qkv.bias[:rows])
+    half.proj = torch.nn.Identity()
+    full_heads = torch.nn.Identity()
+    attn.proj, proj = full_heads, attn.proj
+    torch.testing.assert_close(half(x), attn(x)[..., :SPEC.hidden // 2])
+    attn.proj = proj
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_recomputation_keeps_fewer_activations_and_the_same_gradients(mode):
+    x = _tokens(SPEC)
+
+    def run(recompute):
+        model = build_model(SPEC, seed=0)
+        set_recompute(model, recompute)
+        saved = []
+
+        def pack(t):
+            saved.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = lm_loss(model(x), x)
+            kept = sum(saved)
+        loss.backward()
+        return kept, {n: p.grad for n, p in model.named_parameters()}
+
+    base_bytes, base_grads = run("none")
+    bytes_, grads = run(mode)
+    assert bytes_ < base_bytes
+    for name, g in grads.items():
+        torch.testing.assert_close(g, base_grads[name], rtol=1e-5, atol=1e-7)
+
+
+def test_recompute_modes_are_exclusive():
+    model = build_model(SPEC)
+    set_recompute(model, "full")
+    assert all(b.recompute and not b.attn.recompute for b in model.layers.values())
+    set_recompute(model, "selective")
+    assert all(b.attn.recompute and not b.recompute for b in model.layers.values())
+    with pytest.raises(ValueError):
+        set_recompute(model, "sometimes")
+
+
+# ---------------------------------------------------------------- data
+def test_synthetic_stream_is_deterministic_and_follows_its_chain():
+    src = SyntheticTokens(vocab=50, seq=12, seed=4)
+    x, y = src.batch(7, 5)
+    x2, y2 = SyntheticTokens(vocab=50, seq=12, seed=4).batch(7, 5)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert x.shape == y.shape == (5, 12) and torch.equal(x[:, 1:], y[:, :-1])
+    assert not torch.equal(src.batch(8, 5)[0], x)
+    for a, b in zip(x.flatten().tolist(), y.flatten().tolist()):
+        assert b in src.successors[a].tolist()
+
+
+def test_text_corpus_is_english_bytes_and_deterministic():
+    corpus = TextCorpus(seq=32, seed=0)
+    assert decode(encode("naïve text")) == "naïve text"
+    assert corpus.describe()["licence"].startswith("PSF") and len(corpus.sha256) == 64
+    x, y = corpus.batch(0, 4)
+    assert x.shape == (4, 32) and int(x.max()) < 256
+    assert torch.equal(x, TextCorpus(seq=32, seed=0).batch(0, 4)[0])
+    assert "the" in decode(x.flatten()).lower()
+    with pytest.raises(ValueError):
+        make_source("text", vocab=64, seq=8)
+
+
+# ---------------------------------------------------------------- partition policies
+def test_balanced_partition_minimises_the_largest_stage():
+    assert balanced([1.0] * 4, 0.0, 0.0, 2) == (2, 2)
+    assert balanced([1.0] * 4, 2.0, 0.0, 2) == (1, 3)
+    assert balanced([1.0] * 6, 0.0, 3.5, 3) == (2, 3, 1)  # costs 4.5, 3, 2; not (1, 4, 1): 4.5, 4, 1
+    assert balanced([5.0, 1.0, 1.0, 1.0, 1.0], 0.0, 0.0, 2) == (1, 4)
+    with pytest.raises(ValueError):
+        balanced([1.0], 0.0, 0.0, 2)
+
+
+def test_parameter_policy_moves_layers_off_the_embedding_stage():
+    spec = presets.model("small")  # 4 layers of 12h²+13h, embeddings (V+s)·h, head copy V·h
+    cfg = validate(Config(model=spec, layout=Layout(pp=2, schedule="1f1b", microbatches=2)))
+    layer, embed, head = parameter_costs(spec, 2)
+    assert embed == (spec.vocab + spec.seq) * spec.hidden and head == spec.vocab * spec.hidden + 2 * spec.hidden
+    resolved = resolve(cfg, "params")
+    parts = resolved.layout.partition
+    assert sum(parts) == spec.layers
+    costs = [embed + parts[0] * layer[0], head + parts[1] * layer[0]]
+    for alternative in ((1, 3), (2, 2), (3, 1)):
+        other = [embed + alternative[0] * layer[0], head + alternative[1] * layer[0]]
+        assert max(costs) <= max(other)
+    with pytest.raises(ValueError):
+        resolve(cfg, "random")
+
+
+def test_time_policy_gives_a_valid_partition():
+    spec = replace(presets.model("tiny"), layers=4)
+    cfg = validate(Config(model=spec, layout=Layout(pp=2, schedule="gpipe", microbatches=2)))
+    parts = resolve(cfg, "time").layout.partition
+    assert len(parts) == 2 and sum(parts) == 4 and min(parts) >= 1
+
+
+def test_explicit_partition_is_checked():
+    spec = replace(presets.model("tiny"), layers=4)
+    with pytest.raises(ConfigError, match="partition"):
+        validate(Config(model=spec, layout=Layout(pp=2, schedule="gpipe", microbatches=2, partition=(4, 0))))
