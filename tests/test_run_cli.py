@@ -78,7 +78,7 @@ def test_two_rank_run_reports_json_equal_to_the_single_device_run():
     it = r2["iteration_time_s"]
     assert 0 < it["p10"] <= it["median"] <= it["p90"]
     assert r2["tokens_per_s"] == pytest.approx(2 * 16 / it["median"])
-    assert len(r2["model_state_bytes"]) == 2 and r2["model_state_bytes"][0]["params"] > 0
+    assert len(r2["model_state_bytes_at_rest"]) == 2 and r2["model_state_bytes_at_rest"][0]["params"] > 0
 
 
 def test_time_balanced_pipeline_run():
@@ -114,3 +114,21 @@ def test_entry_point_starts_directly_under_torchrun(tmp_path):
     result = json.loads(out.read_text())
     assert result["world_size"] == 2 and result["config"]["layout"]["schedule"] == "1f1b"
     assert sum(result["config"]["layout"]["partition"]) == 4 and len(result["losses"]) == 3
+
+
+def test_entry_point_starts_directly_under_accelerate_launch(tmp_path):
+    pytest.importorskip("accelerate")
+    out = tmp_path / "result.json"
+    proc = subprocess.run([PY, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                           "-m", "distperf.train", *TINY, "--dp", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2 and result["backend"] in ("gloo", "nccl") and len(result["losses"]) == 3
+
+
+def test_entry_point_without_a_launcher_says_how_to_start_it():
+    proc = subprocess.run([PY, "-m", "distperf.train", *TINY, "--dp", "2"], capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
+    assert proc.returncode == 2 and "torchrun" in proc.stderr and "Traceback" not in proc.stderr

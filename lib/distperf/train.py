@@ -6,8 +6,12 @@ MASTER_ADDR and MASTER_PORT from the environment as every torch launcher sets th
 
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m distperf.train --model gpt2 --dp 4 --tp 4 --micro-batch 4 --steps 50 --out result.json
-    accelerate launch --num_processes 16 --num_machines 2 --machine_rank R --main_process_ip HOST \\
-        -m distperf.train --model gpt2 --dp 4 --tp 4 --micro-batch 4 --steps 50 --out result.json
+    accelerate launch --multi_gpu --num_processes 16 --num_machines 2 --machine_rank R \\
+        --main_process_ip HOST -m distperf.train --model gpt2 --dp 4 --tp 4 --micro-batch 4 --steps 50 \\
+        --out result.json
+
+(``accelerate launch --multi_gpu`` goes through torchrun and also works on CPU-only hosts with
+``--device cpu``; its ``--cpu`` flag instead starts one process, or MPI ranks, without RANK.)
 
 It takes the layout flags of ``predict``/``run`` (or ``--spec FILE``, the JSON that ``run`` writes) and
 the run options; rank 0 writes the result JSON to ``--out`` (or stdout). A rank that fails writes its

@@ -9,7 +9,8 @@ launch is left behind (they all carry a tag in their environment, and whatever s
 
 Output: a summary, or with ``--json`` the result: ``losses`` (global mean loss of each optimizer
 step), ``iteration_time_s`` {``median``, ``p10``, ``p90``} (after ``--warmup`` steps), ``tokens_per_s``
-(global batch · seq / median step time), ``config``, and the model-state bytes of each rank.
+(global batch · seq / median step time), ``config``, and the model-state bytes each rank holds between
+steps (``model_state_bytes_at_rest``).
 """
 from __future__ import annotations
 

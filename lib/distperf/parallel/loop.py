@@ -3,6 +3,11 @@
 ``run_training`` draws the global batch of each step from the data source (the same on every rank),
 times each optimizer step (the slowest rank's time: ranks meet in collectives anyway), and at the end
 combines the ranks' losses into the global mean loss of each step.
+
+``model_state_bytes_at_rest`` (one entry per rank) is what each rank stores for parameters, gradients
+and optimizer moments after the last step, between steps: FSDP2 (ZeRO-2 and 3) then holds only its
+shards, and PipeDream-2BW, drained, no gradient. Peaks inside a step (gathered FSDP units, 2BW's
+gradient) are for :mod:`distperf.measure.memory`.
 """
 from __future__ import annotations
 
@@ -133,7 +138,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         "iteration_time_s": {"median": median, "p10": _percentile(timed, 0.1), "p90": _percentile(timed, 0.9),
                              "steps": step_times.tolist(), "warmup_steps_excluded": len(step_times) - len(timed)},
         "tokens_per_s": batch * cfg.model.seq / median,
-        "model_state_bytes": state_bytes,
+        "model_state_bytes_at_rest": state_bytes,
         "peak_memory_bytes": peak,
     }
     if parameters:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from ..config import Layout
+from ..config import ConfigError, Layout
 
 DIMS = ("pp", "dp", "tp")
 
@@ -41,6 +41,10 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> torch.de
     """Join the process group described by the launcher's environment (RANK, WORLD_SIZE,
     MASTER_ADDR, MASTER_PORT, LOCAL_RANK — set by torchrun, ``accelerate launch`` or our tests):
     NCCL on CUDA, gloo on CPU. Every collective then fails after ``timeout_s`` instead of hanging."""
+    if not dist.is_initialized() and "RANK" not in os.environ:
+        raise ConfigError("world_size", "this layout needs torch.distributed but no launcher set RANK and "
+                                        "WORLD_SIZE; start it with python -m distperf run, torchrun or "
+                                        "accelerate launch --multi_gpu")
     dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", 0)))
     if not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
@@ -53,8 +57,8 @@ def build_mesh(layout: Layout, device: torch.device) -> DeviceMesh:
     """The ``("pp", "dp", "tp")`` mesh of this layout; its size must be the world size."""
     shape = (layout.pp, layout.dp, layout.tp)
     if dist.get_world_size() != layout.world_size:
-        raise RuntimeError(f"the layout needs {layout.world_size} ranks (pp·dp·tp), the launcher started "
-                           f"{dist.get_world_size()}")
+        raise ConfigError("world_size", f"the layout needs {layout.world_size} ranks (pp·dp·tp), the launcher "
+                                        f"started {dist.get_world_size()}")
     return init_device_mesh(device.type, shape, mesh_dim_names=DIMS)
 
 
