@@ -32,10 +32,17 @@ def _available() -> dict[str, tuple[object, str]]:
     return found
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag ends with one line (no usage block) and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     commands = _available()
-    parser = argparse.ArgumentParser(prog="distperf", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="distperf", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_text) in commands.items():
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
     args = parser.parse_args(argv)
