@@ -76,12 +76,14 @@ def _simulate_2bw(cfg, opts):
     return {"losses": losses, "parameters": {n: p.detach() for n, p in model.named_parameters()}}
 
 
-@pytest.mark.parametrize("dp", [1, 2])
-def test_2bw_trainer_follows_the_2bw_update_rule(dp):
+@pytest.mark.parametrize("dp, tp", [(1, 1), (2, 1), (1, 2)])
+def test_2bw_trainer_follows_the_2bw_update_rule(dp, tp):
+    """Plain, with two replicas per stage (width 2), and with tensor + sequence parallel stages."""
     from dist_harness import train_job
 
     spec = tiny_spec()
-    layout = Layout(dp=dp, pp=2, schedule="2bw", micro_batch=1, microbatches=GLOBAL_BATCH // dp)
+    layout = Layout(dp=dp, tp=tp, pp=2, schedule="2bw", micro_batch=1, microbatches=GLOBAL_BATCH // dp,
+                    sequence_parallel=tp > 1)
     cfg = validate(Config(model=spec, layout=layout, training=Training(optimizer="sgd")))
     opts = run_options(steps=4)
     expected = spawn(_simulate_2bw, 1, cfg, opts)[0]

@@ -50,3 +50,17 @@ def test_megatron_sharding_of_each_layer(sequence_parallel):
     assert shapes["layers.0.mlp.fc.weight"] == (f // 2, h) and shapes["layers.0.mlp.out.weight"] == (h, f // 2)
     assert shapes["tok.weight"] == (spec.vocab, h) and shapes["layers.0.ln1.weight"] == (h,)  # replicated
     assert residual == ((2, spec.seq // 2, h) if sequence_parallel else (2, spec.seq, h))
+
+
+def test_with_dropout_the_tensor_parallel_replicas_stay_identical():
+    """Dropout in the replicated (and sequence-parallel) regions draws the same mask on every tp rank
+    (same seed, same order of random calls), so replicated parameters never drift apart."""
+    from dist_harness import relative_error, run_options, train_job
+    from distperf.config import Config, Training, validate
+
+    cfg = validate(Config(model=tiny_spec(dropout=0.1), layout=Layout(tp=2, micro_batch=4, sequence_parallel=True),
+                          training=Training(optimizer="sgd")))
+    a, b = spawn(train_job, 2, cfg, run_options())
+    assert a["losses"] == b["losses"]
+    for name, value in a["parameters"].items():
+        assert relative_error(value, b["parameters"][name]) == 0.0, name

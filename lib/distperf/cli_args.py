@@ -38,7 +38,9 @@ def add_config_arguments(p: argparse.ArgumentParser, default_model: str = "small
     batch.add_argument("--global-batch", type=int, default=None, help="global batch B = b·m·dp")
     g.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (default 0)")
     g.add_argument("--recompute", choices=RECOMPUTE, default="none", help="activation recomputation (default none)")
-    g.add_argument("--partition", default="", help="layers per stage, comma-separated, e.g. 3,1 (default uniform)")
+    g.add_argument("--partition", default="",
+                   help="layers per stage, comma-separated, e.g. 3,1 (default uniform); run also takes a policy: "
+                        "uniform, params (balanced parameters) or time (balanced measured time)")
 
     g = p.add_argument_group("training")
     g.add_argument("--precision", choices=PRECISIONS, default="fp32", help="fp32 or mixed (default fp32)")
