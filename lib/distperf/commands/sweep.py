@@ -1,0 +1,77 @@
+"""``python -m distperf sweep EXPERIMENT.yaml``: run a grid of configurations, resumably.
+
+The experiment file is described in :mod:`distperf.runner.grid`; each configuration runs in a fresh
+process with a timeout, and becomes one row of ``data/fresh/<scale>/<experiment>.csv`` (or ``--out``)
+with its status (ok, failed, timeout, oom), its message, its flattened JSON result and provenance
+(:mod:`distperf.runner.sweep`). Rows already ``ok`` with the same configuration hash are skipped
+unless ``--force``. Interrupting (Ctrl-C) keeps the rows done so far; run the same command again to
+go on. Exit status: 0 when every configuration is ok, 1 when some failed, 2 on bad input, 130 when
+interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", metavar="EXPERIMENT.yaml", help="the experiment: base flags, grid, exclude")
+    p.add_argument("--force", action="store_true", help="run every configuration again, even those done")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per configuration (default: the file's timeout, else 600)")
+    p.add_argument("--out", default=None, help="the CSV to write (default data/fresh/<scale>/<experiment>.csv)")
+    p.add_argument("--scale", default=None, help="smoke, cpu or gpu (default: the file's scale, else $DISTPERF_SCALE "
+                                                 "or cpu)")
+    p.add_argument("--list", action="store_true", help="print the configurations and whether each is done; run nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..config import ConfigError
+    from ..results import book_scale, check_scale, fresh_dir
+    from ..runner.grid import load
+    from ..runner.sweep import sweep
+
+    exp = load(args.experiment)
+    if args.timeout is not None and not args.timeout > 0:
+        raise ConfigError("timeout", f"must be a positive number of seconds, got {args.timeout}")
+    try:
+        scale = check_scale(args.scale or exp.scale or book_scale())
+    except ValueError as e:
+        raise ConfigError("scale", str(e).split(": ", 1)[-1]) from None
+    out = Path(args.out) if args.out else fresh_dir(scale) / f"{exp.name}.csv"
+    if args.list:
+        return _list(exp, out)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite stop leaves the file as it is
+    try:
+        counts = sweep(exp, out, timeout=args.timeout, force=args.force, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"distperf sweep: interrupted; the rows done so far are in {out}; run the same command to go on",
+              file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    ran = {k: v for k, v in counts.items() if v and k != "skipped"}
+    summary = ", ".join(f"{v} {k}" for k, v in ran.items()) or "nothing to run"
+    print(f"{exp.name}: {summary}; {counts['skipped']} already done; table: {out}")
+    return 0 if not any(counts[s] for s in ("failed", "timeout", "oom")) else 1
+
+
+def _list(exp, out: Path) -> int:
+    from ..results import machine_slug
+    from ..runner.sweep import _read_rows, device_of
+
+    machine = machine_slug(device_of(exp))
+    done = {str(r.get("config_hash")) for r in _read_rows(out)
+            if r.get("status") == "ok" and r.get("machine", machine) == machine}
+    for cfg in exp.configurations:
+        state = "done" if cfg.hash in done else ("invalid" if cfg.invalid else "todo")
+        print(f"{cfg.hash}  {state:7}  {cfg.label(exp.varying)}")
+    print(f"{len(exp.configurations)} configurations; table: {out}")
+    return 0

@@ -1,0 +1,339 @@
+"""An experiment file (YAML) and the configurations it expands to.
+
+```yaml
+name: dp-scaling          # optional; default: the file's name without .yaml
+description: Data-parallel scaling of the small GPT
+command: run              # a distperf command that prints JSON with --json (run, predict), or an argv list
+timeout: 300              # seconds per configuration (optional; --timeout overrides)
+scale: cpu                # where the CSV goes: data/fresh/<scale>/ (optional; --scale overrides)
+skip_invalid: false       # true: a configuration the command rejects becomes an 'invalid' row, not an error
+base:                     # flags shared by every configuration (without the leading --)
+  model: small
+  steps: 5
+  micro-batch: 2
+env:                      # environment variables of every configuration (optional)
+  OMP_NUM_THREADS: 1
+grid:                     # each key a list; the configurations are their cartesian product,
+  dp: [1, 2]              #   the first key varying slowest
+  zero: [0, 1, 2, 3]
+  env.DISTPERF_FAULT: ["", "raise:1:1"]   # an env.NAME key varies an environment variable
+exclude:                  # optional: a configuration matching every key of an entry is left out
+  - {dp: 1, zero: [1, 2, 3]}
+```
+
+Flag names may be written with dashes or underscores (``micro_batch``); ``true`` gives a bare switch,
+``false`` leaves a switch off (``--no-NAME`` for on/off flags). For a distperf command every key and
+value is checked against that command's own parser and configuration rules before anything runs;
+bad input raises :class:`~distperf.config.ConfigError` naming the YAML field (``grid.dp``) and the rule.
+Relative paths in an argv ``command`` are relative to the experiment file; ``{python}`` stands for
+this interpreter.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import importlib
+import itertools
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import ConfigError
+
+TOP_KEYS = ("name", "description", "command", "timeout", "scale", "skip_invalid", "base", "env", "grid", "exclude")
+DISTPERF_COMMANDS = ("run", "predict")
+RESERVED_FLAGS = ("json", "help")
+Scalar = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One point of the grid: flag values and environment, in a canonical form."""
+
+    params: dict  # flag name (dashes) -> scalar
+    env: dict  # variable -> string
+    command: tuple  # ("distperf", "run") or an argv prefix
+    invalid: str = ""  # why the command rejects it (only with skip_invalid)
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the command, flags and environment (canonical JSON), first 16 hex digits."""
+        text = json.dumps({"command": list(self.command), "params": self.params, "env": self.env}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def flags(self) -> list[str]:
+        return flags_of(self.params, _parser_for(self.command))
+
+    def label(self, varying: list[str]) -> str:
+        parts = [f"{k}={self.params[k]}" for k in varying if k in self.params]
+        parts += [f"{k}={self.env[k[4:]]}" for k in varying if k.startswith("env.") and k[4:] in self.env]
+        return " ".join(parts) or "base"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    path: Path
+    command: tuple
+    base: dict
+    env: dict
+    grid: dict  # key -> list (keys: flag names, or env.NAME)
+    exclude: list
+    timeout: float | None = None
+    scale: str | None = None
+    skip_invalid: bool = False
+    description: str = ""
+    configurations: list = field(default_factory=list)
+
+    @property
+    def varying(self) -> list[str]:
+        return list(self.grid)
+
+
+def _err(path: Path, where: str, rule: str) -> ConfigError:
+    return ConfigError(f"{path.name}: {where}", rule)
+
+
+def _canonical(key: str) -> str:
+    return key.strip().lstrip("-").replace("_", "-")
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print usage and exit; we want the rule
+        raise argparse.ArgumentError(None, message)
+
+
+_PARSERS: dict = {}
+
+
+def _parser_for(command: tuple):
+    """The argparse parser of a distperf command (None for a foreign command)."""
+    if command[:1] != ("distperf",):
+        return None
+    if command not in _PARSERS:
+        module = importlib.import_module(f"distperf.commands.{command[1]}")
+        parser = _RaisingParser(prog=f"distperf {command[1]}", add_help=False, exit_on_error=False)
+        module.add_arguments(parser)
+        _PARSERS[command] = parser
+    return _PARSERS[command]
+
+
+def _actions(parser) -> dict[str, argparse.Action]:
+    return {opt[2:]: a for a in parser._actions for opt in a.option_strings if opt.startswith("--")}
+
+
+def flags_of(params: dict, parser) -> list[str]:
+    """The command-line flags of ``params``: ``--name value``; booleans as switches."""
+    actions = _actions(parser) if parser is not None else {}
+    out = []
+    for name, value in params.items():
+        action = actions.get(name)
+        if isinstance(value, bool):
+            if value:
+                out.append(f"--{name}")
+            elif isinstance(action, argparse.BooleanOptionalAction):
+                out.append(f"--no-{name}")
+        else:
+            out += [f"--{name}", str(value)]
+    return out
+
+
+def _check_value(path, where, value):
+    if not isinstance(value, Scalar) or value is None:
+        raise _err(path, where, f"must be a single number, string or boolean, got {value!r}")
+
+
+def _check_flag(path, where, name, value, parser) -> None:
+    """Is ``--name`` a flag of the command, and can it take ``value``?"""
+    if parser is None:
+        return
+    actions = _actions(parser)
+    if name in RESERVED_FLAGS or name not in actions:
+        known = sorted(k for k in actions if k not in RESERVED_FLAGS and not k.startswith("no-"))
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
+        raise _err(path, where, f"{name!r} is not a flag of `distperf {parser.prog.split()[-1]}`{hint}")
+    action = actions[name]
+    switch = action.nargs == 0
+    if isinstance(value, bool) != switch:
+        kind = "true or false (a switch)" if switch else "a value, not true/false"
+        raise _err(path, where, f"must be {kind}, got {value!r}")
+
+
+def load(path: str | Path) -> Experiment:
+    """Read and check an experiment file; raise ConfigError naming the field and the rule."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("experiment", f"{path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ConfigError("experiment", f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("experiment", f"{path}: must hold a mapping with keys {', '.join(TOP_KEYS)}")
+    unknown = [k for k in data if k not in TOP_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), TOP_KEYS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(TOP_KEYS)}"
+        raise _err(path, str(unknown[0]), f"unknown key{hint}")
+
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name or any(c in name for c in "/\\") or name.startswith("."):
+        raise _err(path, "name", f"must be a non-empty file name without slashes, got {name!r}")
+    command = _command(path, data.get("command", "run"))
+    parser = _parser_for(command)
+
+    timeout = data.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise _err(path, "timeout", f"must be a positive number of seconds, got {timeout!r}")
+    scale = data.get("scale")
+    if scale is not None:
+        from ..results import SCALES
+
+        if scale not in SCALES:
+            raise _err(path, "scale", f"must be one of {', '.join(SCALES)}, got {scale!r}")
+    skip_invalid = data.get("skip_invalid", False)
+    if not isinstance(skip_invalid, bool):
+        raise _err(path, "skip_invalid", f"must be true or false, got {skip_invalid!r}")
+
+    base = {}
+    for key, value in _mapping(path, "base", data.get("base", {})).items():
+        flag = _canonical(str(key))
+        if isinstance(value, (list, dict)):
+            raise _err(path, f"base.{key}", "must be a single value (lists of values go in grid)")
+        _check_value(path, f"base.{key}", value)
+        _check_flag(path, f"base.{key}", flag, value, parser)
+        base[flag] = value
+    env = {}
+    for key, value in _mapping(path, "env", data.get("env", {})).items():
+        _check_value(path, f"env.{key}", value)
+        env[str(key)] = _env_value(value)
+
+    grid = {}
+    for key, values in _mapping(path, "grid", data.get("grid", {})).items():
+        where = f"grid.{key}"
+        if not isinstance(values, list) or not values:
+            raise _err(path, where, f"must be a non-empty list of values, got {values!r}")
+        for v in values:
+            _check_value(path, where, v)
+        if len({json.dumps(v) for v in values}) != len(values):
+            raise _err(path, where, f"lists a value twice: {values!r}")
+        key = str(key)
+        if key.startswith("env."):
+            grid[key] = [_env_value(v) for v in values]
+            continue
+        flag = _canonical(key)
+        if flag in base:
+            raise _err(path, where, f"{flag!r} is also set in base; set it in one place")
+        for v in values:
+            _check_flag(path, where, flag, v, parser)
+        grid[flag] = values
+
+    exclude = []
+    raw_exclude = data.get("exclude", [])
+    if not isinstance(raw_exclude, list):
+        raise _err(path, "exclude", f"must be a list of mappings, got {raw_exclude!r}")
+    for i, entry in enumerate(raw_exclude):
+        entry = _mapping(path, f"exclude[{i}]", entry)
+        rule = {}
+        for key, value in entry.items():
+            key = str(key) if str(key).startswith("env.") else _canonical(str(key))
+            if key not in grid:
+                raise _err(path, f"exclude[{i}].{key}", f"is not a key of grid ({', '.join(grid) or 'empty'})")
+            values = value if isinstance(value, list) else [value]
+            rule[key] = [_env_value(v) if key.startswith("env.") else v for v in values]
+        exclude.append(rule)
+
+    exp = Experiment(name=name, path=path, command=command, base=base, env=env, grid=grid, exclude=exclude,
+                     timeout=timeout, scale=scale, skip_invalid=skip_invalid,
+                     description=str(data.get("description", "")))
+    exp.configurations.extend(expand(exp))
+    if not exp.configurations:
+        raise _err(path, "exclude", "leaves no configuration to run")
+    return exp
+
+
+def _mapping(path, where, value) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(path, where, f"must be a mapping, got {value!r}")
+    return value
+
+
+def _env_value(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _command(path: Path, value) -> tuple:
+    if isinstance(value, str):
+        if value not in DISTPERF_COMMANDS:
+            raise _err(path, "command", f"must be one of {', '.join(DISTPERF_COMMANDS)} or a list (an argv), "
+                                        f"got {value!r}")
+        return ("distperf", value)
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        argv = []
+        for v in value:
+            v = v.replace("{python}", sys.executable)
+            if not v.startswith("-") and (path.parent / v).exists():
+                v = str((path.parent / v).resolve())
+            argv.append(v)
+        return tuple(argv)
+    raise _err(path, "command", f"must be a distperf command name or a non-empty list of strings, got {value!r}")
+
+
+def _excluded(exp: Experiment, point: dict) -> bool:
+    return any(all(point[k] in values for k, values in rule.items()) for rule in exp.exclude)
+
+
+def expand(exp: Experiment) -> list[Configuration]:
+    """The cartesian product of the grid over the base, without the excluded points; each checked
+    by the command's own rules."""
+    keys = list(exp.grid)
+    out = []
+    for values in itertools.product(*(exp.grid[k] for k in keys)):
+        point = dict(zip(keys, values))
+        if _excluded(exp, point):
+            continue
+        params = {**exp.base, **{k: v for k, v in point.items() if not k.startswith("env.")}}
+        env = {**exp.env, **{k[4:]: v for k, v in point.items() if k.startswith("env.")}}
+        cfg = Configuration(params=params, env=env, command=exp.command)
+        problem = check_configuration(cfg)
+        if problem:
+            if not exp.skip_invalid:
+                raise _err(exp.path, f"grid configuration {cfg.label(keys)}",
+                           f"{problem} (leave it out with exclude, or set skip_invalid: true)")
+            cfg = Configuration(params=params, env=env, command=exp.command, invalid=problem)
+        out.append(cfg)
+    return out
+
+
+def check_configuration(cfg: Configuration) -> str:
+    """'' if the command accepts the configuration, else the rule it breaks (one line)."""
+    parser = _parser_for(cfg.command)
+    if parser is None:
+        return ""
+    try:
+        args = parser.parse_args(cfg.flags())
+    except argparse.ArgumentError as e:
+        return str(e)
+    try:
+        if cfg.command[1] == "run":
+            from ..train import check_run, config_and_policy, options_from_args
+
+            check_run(config_and_policy(args)[0], options_from_args(args))
+        else:
+            from ..cli_args import config_from_args
+
+            config_from_args(args)
+    except ConfigError as e:
+        return str(e)
+    return ""

@@ -1,0 +1,257 @@
+"""The resumable sweep runner: grid expansion, YAML errors, interruption and resumption, faults.
+
+Most tests drive the sweep with a stand-in command (a small script written here: it prints a JSON
+result, or its "ranks" raise, exit or hang), which runs in a fraction of a second; the last one runs
+the real ``distperf run`` with the trainers' fault injection (``DISTPERF_FAULT``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from distperf.config import ConfigError
+from distperf.runner.grid import load
+from distperf.runner.sweep import flatten
+
+PY = sys.executable
+ROOT = Path(__file__).resolve().parents[1]
+
+STAND_IN = textwrap.dedent('''
+    """A stand-in for `distperf run --json`: --value V prints {"value": V, ...}; --fault KIND makes its
+    second "rank" (a child process) raise, exit, or hang (in a session of its own, deaf to SIGTERM)."""
+    import argparse, json, os, signal, subprocess, sys, time
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--value", type=int, required=True)
+    p.add_argument("--fault", default="none")
+    p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--rank", type=int, default=None)
+    a = p.parse_args()
+    if a.rank is not None:  # a rank
+        with open(os.environ["STAND_IN_PIDS"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        if a.rank == 1 and a.fault == "raise":
+            raise RuntimeError("injected fault in rank 1")
+        if a.rank == 1 and a.fault == "exit":
+            os._exit(3)
+        if a.rank == 1 and a.fault == "hang":
+            os.setsid()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            while True:
+                time.sleep(1)
+        sys.exit(0)
+    ranks = [subprocess.Popen([sys.executable, __file__, "--value", str(a.value), "--fault", a.fault, "--rank", str(r)])
+             for r in range(2)]
+    for r, proc in enumerate(ranks):
+        if proc.wait() != 0:
+            print(f"stand-in: error: rank {r} exited with status {proc.returncode}", file=sys.stderr)
+            sys.exit(1)
+    time.sleep(a.sleep)
+    with open(os.environ["STAND_IN_LOG"], "a") as f:
+        f.write(f"{a.value}\\n")
+    print("some chatter before the result")
+    print(json.dumps({"value": a.value, "verbose": a.verbose, "nested": {"a": a.value, "b": {"c": 1}},
+                      "losses": [1.0, 0.5]}, indent=1))
+''')
+
+
+def _experiment(tmp_path: Path, body: str, name: str = "exp.yaml") -> Path:
+    (tmp_path / "stand_in.py").write_text(STAND_IN)
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def _sweep(*args, env=None, timeout=120):
+    return subprocess.run([PY, "-m", "distperf", "sweep", *map(str, args), "--no-progress"], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def _env(tmp_path):
+    return {"STAND_IN_LOG": str(tmp_path / "log.txt"), "STAND_IN_PIDS": str(tmp_path / "pids.txt")}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (finished, not yet reaped by its parent) runs nothing
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+# --- grid ------------------------------------------------------------------------------------------
+
+def test_grid_expands_the_cartesian_product_without_excluded_points(tmp_path):
+    path = _experiment(tmp_path, """
+        description: a grid
+        command: predict
+        base: {model: small, micro_batch: 2, untied: true}
+        env: {OMP_NUM_THREADS: 1}
+        grid:
+          dp: [1, 2]
+          zero: [0, 1, 3]
+          env.FOO: [a]
+        exclude:
+          - {dp: 1, zero: [1, 3]}
+        """)
+    exp = load(path)
+    assert exp.name == "exp"
+    points = [(c.params["dp"], c.params["zero"]) for c in exp.configurations]
+    assert points == [(1, 0), (2, 0), (2, 1), (2, 3)]  # the first key varies slowest
+    first = exp.configurations[0]
+    assert first.params == {"model": "small", "micro-batch": 2, "untied": True, "dp": 1, "zero": 0}
+    assert first.env == {"OMP_NUM_THREADS": "1", "FOO": "a"}
+    assert first.flags() == ["--model", "small", "--micro-batch", "2", "--untied", "--dp", "1", "--zero", "0"]
+    hashes = [c.hash for c in exp.configurations]
+    assert len(set(hashes)) == 4 and hashes == [c.hash for c in load(path).configurations]
+
+
+def test_flatten_gives_dotted_columns_and_json_lists():
+    assert flatten({"a": {"b": 1, "c": {"d": "x"}}, "l": [1, 2], "e": {}}) == {"a.b": 1, "a.c.d": "x", "l": "[1, 2]",
+                                                                             "e": "{}"}
+
+
+@pytest.mark.parametrize("body, field, rule", [
+    ("bogus: 1\n", "exp.yaml: bogus", "unknown key"),
+    ("command: predict\nbase: {modle: small}\n", "exp.yaml: base.modle", "did you mean 'model'"),
+    ("command: predict\nbase: {dp: [1, 2]}\n", "exp.yaml: base.dp", "lists of values go in grid"),
+    ("command: predict\ngrid: {dp: 2}\n", "exp.yaml: grid.dp", "must be a non-empty list"),
+    ("command: predict\ngrid: {schedule: [1f1b, bogus]}\n", "exp.yaml: grid configuration schedule=bogus",
+     "invalid choice"),
+    ("command: predict\nbase: {model: small}\ngrid: {tp: [1, 3]}\n", "exp.yaml: grid configuration tp=3",
+     "heads (4) must be divisible by tp (3)"),
+    ("command: predict\ngrid: {dp: [1, 2]}\nexclude: [{zero: 1}]\n", "exp.yaml: exclude[0].zero", "not a key of grid"),
+    ("command: predict\ngrid: {dp: [1, 1]}\n", "exp.yaml: grid.dp", "lists a value twice"),
+    ("command: predict\nbase: {untied: 3}\n", "exp.yaml: base.untied", "true or false"),
+    ("command: trian\n", "exp.yaml: command", "must be one of run, predict"),
+    ("timeout: -1\n", "exp.yaml: timeout", "positive number"),
+    ("grid: [\n", "experiment", "not valid YAML"),
+])
+def test_yaml_errors_name_the_field_and_the_rule(tmp_path, body, field, rule):
+    path = tmp_path / "exp.yaml"
+    path.write_text(body)
+    with pytest.raises(ConfigError) as e:
+        load(path)
+    assert e.value.field == field and rule in e.value.rule
+
+
+def test_bad_input_on_the_command_line_is_one_line_and_status_2(tmp_path):
+    missing = _sweep(tmp_path / "nope.yaml")
+    assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
+    path = _experiment(tmp_path, "command: predict\nbase: {modle: small}\n")
+    bad = _sweep(path, "--out", tmp_path / "t.csv")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+    assert "base.modle" in bad.stderr and not (tmp_path / "t.csv").exists()
+
+
+def test_skip_invalid_turns_a_rejected_configuration_into_a_row(tmp_path):
+    path = _experiment(tmp_path, "command: predict\nskip_invalid: true\nbase: {model: tiny}\ngrid: {tp: [1, 3]}\n")
+    out = tmp_path / "t.csv"
+    proc = _sweep(path, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(out)
+    assert list(table["status"]) == ["ok", "invalid"]
+    assert "divisible by tp (3)" in table["message"][1]
+    assert table["parameters"][0] > 0  # predict's JSON, flattened
+
+
+# --- resuming ----------------------------------------------------------------------------------
+
+def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
+    path = _experiment(tmp_path, """
+        name: resume
+        command: ["{python}", stand_in.py]
+        base: {sleep: 0.2}
+        grid: {value: [0, 1, 2, 3, 4, 5]}
+        """)
+    out, env = tmp_path / "resume.csv", _env(tmp_path)
+    proc = subprocess.Popen([PY, "-m", "distperf", "sweep", str(path), "--out", str(out), "--no-progress"],
+                            env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or len(pd.read_csv(out)) < 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    first = pd.read_csv(out)  # whole rows only: the file is replaced atomically after each one
+    assert 2 <= len(first) < 6 and set(first["status"]) == {"ok"}
+    assert list(first["arg.value"]) == list(range(len(first)))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".resume.csv")] == []  # no temporary left
+
+    again = _sweep(path, "--out", out, env=env)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(first)} already done" in again.stdout
+    table = pd.read_csv(out)
+    assert list(table["arg.value"]) == list(range(6)) and set(table["status"]) == {"ok"}
+    assert list(table["value"]) == list(range(6)) and list(table["nested.b.c"]) == [1] * 6
+    runs = [int(v) for v in (tmp_path / "log.txt").read_text().split()]
+    for v in first["arg.value"]:
+        assert runs.count(v) == 1  # what was done is not done again
+    assert sorted(set(runs)) == list(range(6))
+    assert {"machine", "device_name", "torch", "python", "commit", "date", "config_hash"} <= set(table.columns)
+
+    done = _sweep(path, "--out", out, env=env)
+    assert "6 already done" in done.stdout and len((tmp_path / "log.txt").read_text().split()) == len(runs)
+    forced = _sweep(path, "--out", out, "--force", env=env)
+    assert forced.returncode == 0 and len((tmp_path / "log.txt").read_text().split()) == len(runs) + 6
+    assert len(pd.read_csv(out)) == 6  # rows replaced, not appended
+
+
+# --- faults ----------------------------------------------------------------------------------------
+
+def test_ranks_that_raise_exit_or_hang_leave_failed_and_timeout_rows(tmp_path):
+    path = _experiment(tmp_path, """
+        name: faults
+        command: ["{python}", stand_in.py]
+        timeout: 2.5
+        base: {value: 7}
+        grid: {fault: [none, raise, exit, hang]}
+        """)
+    out, env = tmp_path / "faults.csv", _env(tmp_path)
+    proc = _sweep(path, "--out", out, env=env)
+    assert proc.returncode == 1  # some configurations failed; the sweep went on
+    table = pd.read_csv(out)
+    assert list(table["arg.fault"]) == ["none", "raise", "exit", "hang"]
+    assert list(table["status"]) == ["ok", "failed", "failed", "timeout"]
+    assert "rank 1 exited with status 1" in table["message"][1]
+    assert "rank 1 exited with status 3" in table["message"][2]
+    assert "no result within 2.5 s" in table["message"][3]
+    assert table["value"][0] == 7 and pd.isna(table["value"][1:]).all()
+    pids = [int(p) for p in (tmp_path / "pids.txt").read_text().split()]
+    assert len(pids) == 8 and not any(_alive(p) for p in pids)  # the hung rank left its group: killed by tag
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []  # no partial file
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("distperf.commands.run") is None, reason="distperf run not available")
+def test_real_runs_with_injected_rank_faults_become_rows(tmp_path):
+    path = _experiment(tmp_path, """
+        name: real-faults
+        timeout: 10
+        base: {model: tiny, dp: 2, steps: 3, device: cpu}
+        grid:
+          env.DISTPERF_FAULT: ["raise:1:1", "hang:1:1"]
+        """)
+    out = tmp_path / "real.csv"
+    proc = _sweep(path, "--out", out, timeout=110)
+    assert proc.returncode == 1, proc.stderr
+    table = pd.read_csv(out)
+    assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "hang:1:1"]
+    assert list(table["status"]) == ["failed", "timeout"]
+    assert "injected fault" in table["message"][0]
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
