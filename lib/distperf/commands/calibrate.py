@@ -1,0 +1,97 @@
+"""``python -m distperf calibrate``: measure this machine and write a hardware profile.
+
+Measures matrix-product rates by size and dtype, memory bandwidth, per-layer forward and backward
+times of the model presets in use, and the latency and bandwidth of all-reduce, all-gather,
+reduce-scatter and send/recv on 2…N ranks (:mod:`distperf.measure.calibrate`). Writes the profile
+(``--out``, default ``data/fresh/<scale>/hardware.json``), which ``predict --hardware FILE`` reads, and
+next to it ``<name>.calibration.json`` with every measurement. ``--quick`` takes well under a minute.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="few sizes, short timings, micro-batch 1 (for tests and CI)")
+    p.add_argument("--out", default=None, help="the profile to write (default data/fresh/<scale>/hardware.json)")
+    p.add_argument("--scale", default=None, help="smoke, cpu or gpu: where the default --out goes")
+    p.add_argument("--models", default="small", help="presets whose layers to time, comma-separated (default small)")
+    p.add_argument("--micro-batches", default="1,2,4", help="micro-batch sizes of the layer timings (default 1,2,4)")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="collectives on 2..N ranks (default: the CPU cores, at most 8; on CUDA the GPUs)")
+    p.add_argument("--threads", type=int, default=None, help="threads of the compute timings (default torch's)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="what to calibrate (default cpu)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds the collective benchmark may take")
+
+
+def _ints(name: str, text: str) -> tuple[int, ...]:
+    from ..config import ConfigError
+
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(name, f"must be comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ConfigError(name, f"must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+def main(args: argparse.Namespace) -> int:
+    from .. import presets
+    from ..config import ConfigError
+    from ..results import book_scale, check_scale, fresh_dir
+
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    for m in models:
+        presets.model(m)  # ConfigError('model', …) for an unknown preset
+    micro_batches = _ints("micro_batches", args.micro_batches)
+    if args.ranks is not None and args.ranks < 2:
+        raise ConfigError("ranks", f"must be at least 2, got {args.ranks}")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError("threads", f"must be a positive integer, got {args.threads}")
+    if not args.timeout > 0:
+        raise ConfigError("timeout", f"must be positive, got {args.timeout}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device", "cuda was asked for but torch sees no CUDA device")
+    try:
+        scale = check_scale(args.scale or book_scale())
+    except ValueError as e:
+        raise ConfigError("scale", str(e).split(": ", 1)[-1]) from None
+    out = Path(args.out) if args.out else fresh_dir(scale) / "hardware.json"
+
+    from ..measure.calibrate import calibrate, write
+
+    log = lambda msg: print(f"calibrate: {msg}", file=sys.stderr)  # noqa: E731
+    try:
+        hw, sidecar = calibrate(quick=args.quick, models=models, micro_batches=micro_batches, ranks=args.ranks,
+                                threads=args.threads, device=args.device, timeout=args.timeout, log=log)
+    except TimeoutError as e:
+        print(f"distperf calibrate: error: {e}", file=sys.stderr)
+        return 1
+    side = write(hw, sidecar, out)
+    print(summary(hw, sidecar))
+    print(f"profile: {out}\nmeasurements: {side}")
+    return 0
+
+
+def summary(hw, sidecar: dict) -> str:
+    g = lambda x: f"{x / 1e9:,.1f} G"  # noqa: E731
+    lines = [f"{hw.name}: {sidecar['threads']} thread(s), collectives on 2..{sidecar['ranks']} ranks, "
+             f"{sidecar['seconds']:.0f} s"]
+    for dtype in sorted({r["dtype"] for r in sidecar["gemm"]}):
+        rates = ", ".join(f"{r['n']}: {g(r['flops_per_s'])}" for r in sidecar["gemm"] if r["dtype"] == dtype)
+        lines.append(f"  matmul {dtype} FLOP/s by n: {rates}")
+    lines.append(f"  copy bandwidth {g(sidecar['copy']['bytes_per_s'])}B/s; memory {hw.memory_capacity / 2**30:,.1f} GiB")
+    for r in sidecar["layers"]:
+        lines.append(f"  {r['model']} {r['part']} b={r['micro_batch']}: forward {r['forward_s'] * 1e3:.3f} ms, "
+                     f"backward {r['backward_s'] * 1e3:.3f} ms")
+    for coll, fit in sidecar["fits"].items():
+        for n, f in fit["ranks"].items():
+            lines.append(f"  {coll} {n} ranks: alpha {f['alpha'] * 1e6:.1f} µs, beta {g(f['beta'])}B/s "
+                         f"(rms rel. error {f['rms_relative_error']:.2f})")
+    return "\n".join(lines)

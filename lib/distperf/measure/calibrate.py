@@ -1,0 +1,359 @@
+"""Calibrate this machine: the rates the cost model needs, measured, and a hardware profile from them.
+
+What is measured (all timings are medians of ``torch.utils.benchmark.Timer.blocked_autorange``, or of
+repeated calls for the collectives; ``min_run_time`` per point):
+
+- **matrix products** ``torch.mm`` of n×n by n×n, for several n and dtypes (fp32; bf16 where the device
+  runs it), at the given thread count: rate = 2n³ / time;
+- **memory bandwidth**: ``dst.copy_(src)`` of a large buffer: 2 · bytes / time (a read and a write);
+- **per-layer times** of the model presets in use, at each micro-batch size: one Transformer layer
+  (:class:`distperf.model.Block`), the embeddings and the head with its loss; forward time, and
+  backward time = (forward + backward) − forward, each on a fresh graph;
+- **collectives** over gloo (NCCL on CUDA) for 2…N ranks started with ``torch.multiprocessing``
+  (spawn, one thread each, with a timeout): all-reduce, all-gather and reduce-scatter of a buffer of M
+  bytes (M from 4 B to 4 MiB), and send/recv between two ranks (half a round trip). A point's time is
+  the slowest rank's median.
+
+The α-β fit (formulas_and_anchors §6; :mod:`distperf.cost.collectives`): time = steps(n)·α +
+volume(n, M)/β with steps and volume of the ring algorithms (all-reduce 2(n − 1) steps and
+2(n − 1)/n·M bytes; all-gather and reduce-scatter n − 1 and (n − 1)/n·M; send 1 and M). The fit is
+linear in (α, 1/β); it is weighted least squares with weights 1/time, i.e. it minimises relative
+residuals, so that 4-byte and 4-MiB messages count alike. One fit per collective and rank count, and
+one over all rank counts together.
+
+The profile (:class:`distperf.hardware.Hardware`) takes:
+
+- ``flops_fp32``: the best fp32 matrix-product rate measured (so ``flops_efficiency`` = 1: the rate is
+  already an achieved one); ``flops_16bit``: the best bf16 rate, or the fp32 one where bf16 was not
+  measured;
+- ``memory_bandwidth``: the copy bandwidth; ``memory_capacity``: physical memory (CPU) or the GPU's;
+- ``intra_latency``, ``intra_bandwidth``: α and β of the all-reduce fit over all rank counts;
+  ``inter_*``: the same (one machine has no link between nodes); ``devices_per_node``: CPU cores (a CPU
+  rank is a "device") or GPUs.
+
+Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
+SIZES_QUICK = (128, 256, 512)
+MESSAGE_BYTES_FULL = tuple(4 * 4**k for k in range(11))  # 4 B … 4 MiB in ×4 steps
+MESSAGE_BYTES_QUICK = (4, 1024, 65536, 1048576)
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send")
+
+
+def _timer_median(stmt, min_run_time: float) -> float:
+    from torch.utils.benchmark import Timer
+
+    return Timer(stmt="f()", globals={"f": stmt}).blocked_autorange(min_run_time=min_run_time).median
+
+
+def _sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_rates(sizes, dtypes, device="cpu", min_run_time: float = 0.2) -> list[dict]:
+    """[{n, dtype, seconds, flops_per_s}] for torch.mm of n×n by n×n; a dtype the device cannot
+    multiply is left out."""
+    device = torch.device(device)
+    rows = []
+    for dtype in dtypes:
+        for n in sizes:
+            try:
+                a = torch.randn(n, n, device=device).to(dtype)
+                b = torch.randn(n, n, device=device).to(dtype)
+                torch.mm(a, b)
+            except (RuntimeError, TypeError):
+                break
+
+            def mm():
+                torch.mm(a, b)
+                _sync(device)
+
+            t = _timer_median(mm, min_run_time)
+            rows.append({"n": n, "dtype": str(dtype).replace("torch.", ""), "seconds": t, "flops_per_s": 2 * n**3 / t})
+    return rows
+
+
+def copy_bandwidth(nbytes: int, device="cpu", min_run_time: float = 0.2) -> dict:
+    """{bytes, seconds, bytes_per_s}: dst.copy_(src) moves 2·nbytes (read + write)."""
+    device = torch.device(device)
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+
+    def copy():
+        dst.copy_(src)
+        _sync(device)
+
+    t = _timer_median(copy, min_run_time)
+    return {"bytes": nbytes, "seconds": t, "bytes_per_s": 2 * nbytes / t}
+
+
+def layer_times(model_name: str, micro_batches, device="cpu", min_run_time: float = 0.2) -> list[dict]:
+    """Forward and backward seconds of one layer, the embeddings and the head (with the loss) of a preset."""
+    import torch.nn as nn
+
+    from .. import presets
+    from ..cost.flops import head_forward_flops, layer_forward_flops
+    from ..model import Block, init_weights, layer_input, lm_loss
+
+    spec = presets.model(model_name)
+    device = torch.device(device)
+    torch.manual_seed(0)
+    block = Block(spec).to(device)
+    init_weights(block)
+    embed_tok, embed_pos = nn.Embedding(spec.vocab, spec.hidden).to(device), nn.Embedding(spec.seq, spec.hidden).to(device)
+    ln_f, head = nn.LayerNorm(spec.hidden).to(device), nn.Linear(spec.hidden, spec.vocab, bias=False).to(device)
+    rows = []
+    for b in micro_batches:
+        x = layer_input(spec, b, device=device).requires_grad_(True)
+        tokens = torch.randint(0, spec.vocab, (b, spec.seq), device=device)
+        positions = torch.arange(spec.seq, device=device)
+        parts = {
+            "layer": (lambda: block(x), layer_forward_flops(b, spec.seq, spec.hidden, spec.ffn)),
+            "embedding": (lambda: embed_tok(tokens) + embed_pos(positions), 0),
+            "head": (lambda: lm_loss(head(ln_f(x)), tokens), head_forward_flops(b, spec.seq, spec.hidden, spec.vocab)),
+        }
+        for part, (forward, flops) in parts.items():
+            def fwd():
+                forward()
+                _sync(device)
+
+            def fwd_bwd():
+                forward().float().sum().backward()
+                _sync(device)
+
+            t_f = _timer_median(fwd, min_run_time)
+            t_fb = _timer_median(fwd_bwd, min_run_time)
+            rows.append({"model": model_name, "part": part, "micro_batch": b, "seq": spec.seq, "hidden": spec.hidden,
+                         "forward_s": t_f, "backward_s": max(t_fb - t_f, 0.0), "forward_flops": flops})
+    return rows
+
+
+# --- collectives -------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bench_rank(rank: int, world: int, port: int, sizes, reps: int, backend: str, out: str) -> None:
+    """One rank of the collective benchmark (spawned); rank 0 writes the rows to ``out``."""
+    import statistics
+
+    import torch.distributed as dist
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    torch.set_num_threads(1)
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    rows = []
+    for n in range(2, world + 1):
+        group = dist.new_group(list(range(n)))
+        for collective in COLLECTIVES:
+            if collective == "send" and n != 2:
+                continue
+            for nbytes in sizes:
+                times = []
+                if rank < n:
+                    numel = max(n, (nbytes // 4) // n * n)  # divisible among the ranks
+                    buf = torch.ones(numel, device=device)
+                    part = torch.ones(numel // n, device=device)
+                    for i in range(reps + 2):
+                        dist.barrier(group=group)
+                        _sync(device)
+                        t0 = time.perf_counter()
+                        if collective == "all-reduce":
+                            dist.all_reduce(buf, group=group)
+                        elif collective == "all-gather":
+                            dist.all_gather_single(buf, part, group=group)
+                        elif collective == "reduce-scatter":
+                            dist.reduce_scatter_single(part, buf, group=group)
+                        elif rank == 0:  # ping-pong: half a round trip
+                            dist.send(buf, 1, group=group)
+                            dist.recv(buf, 1, group=group)
+                        elif rank == 1:
+                            dist.recv(buf, 0, group=group)
+                            dist.send(buf, 0, group=group)
+                        _sync(device)
+                        dt = time.perf_counter() - t0
+                        if i >= 2:
+                            times.append(dt / 2 if collective == "send" else dt)
+                median = statistics.median(times) if times else 0.0
+                slowest = torch.tensor([median], dtype=torch.float64, device=device)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                if rank == 0:
+                    rows.append({"collective": collective, "ranks": n, "bytes": numel * 4 if rank < n else nbytes,
+                                 "seconds": float(slowest.item())})
+    dist.barrier()
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(rows, f)
+    dist.destroy_process_group()
+
+
+def collective_times(ranks: int, sizes, reps: int = 10, device="cpu", timeout: float = 120.0) -> list[dict]:
+    """[{collective, ranks, bytes, seconds}] for 2…``ranks`` ranks; raises TimeoutError past ``timeout``."""
+    import torch.multiprocessing as mp
+
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    with tempfile.TemporaryDirectory(prefix="distperf-calibrate-") as tmp:
+        out = os.path.join(tmp, "rows.json")
+        env_threads = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = "1"
+        try:
+            ctx = mp.start_processes(_bench_rank, args=(ranks, _free_port(), tuple(sizes), reps, backend, out),
+                                     nprocs=ranks, join=False, start_method="spawn")
+        finally:
+            if env_threads is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = env_threads
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=0.5):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the collective benchmark on {ranks} ranks did not finish within {timeout:g} s")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        with open(out) as f:
+            return json.load(f)
+
+
+def ring_terms(collective: str, n: int, nbytes: float) -> tuple[float, float]:
+    """(steps, bytes sent per rank) of the ring algorithm: the coefficients of α and 1/β."""
+    if collective == "send":
+        return 1.0, float(nbytes)
+    factor = 2 if collective == "all-reduce" else 1
+    return factor * (n - 1), factor * (n - 1) / n * nbytes
+
+
+def fit_alpha_beta(points) -> dict:
+    """Weighted least squares of time = steps·α + volume/β over ``points`` [(collective, n, bytes,
+    seconds)], weights 1/time. Returns {alpha, beta, rms_relative_error, points}. A non-positive α (the
+    smallest messages cost less than the fit's intercept) is replaced by the smallest time per step
+    measured, and the note says so."""
+    import numpy as np
+
+    rows = [(ring_terms(c, n, m), t) for c, n, m, t in points if t > 0]
+    a = np.array([[s, v] for (s, v), _ in rows], dtype=np.float64)
+    t = np.array([t for _, t in rows], dtype=np.float64)
+    w = 1.0 / t
+    (alpha, inv_beta), *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
+    note = ""
+    if not alpha > 0:
+        alpha = float(min(ti / s for (s, _), ti in rows))
+        note = "alpha: the fitted intercept was not positive; the smallest time per step measured is used"
+        inv_beta = float(np.sum(w * w * a[:, 1] * (t - alpha * a[:, 0])) / np.sum(w * w * a[:, 1] ** 2))
+    if not inv_beta > 0:
+        inv_beta = float(min(ti / v for (_, v), ti in rows if v > 0))
+        note += ("; " if note else "") + "beta: the fitted slope was not positive; the best throughput measured is used"
+    pred = a[:, 0] * alpha + a[:, 1] * inv_beta
+    rms = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
+    out = {"alpha": float(alpha), "beta": float(1.0 / inv_beta), "rms_relative_error": rms, "points": len(rows)}
+    if note:
+        out["note"] = note
+    return out
+
+
+def fit_collectives(rows: list[dict]) -> dict:
+    """{collective: {"ranks": {n: fit}, "all": fit over every rank count}}."""
+    fits = {}
+    for collective in sorted({r["collective"] for r in rows}):
+        mine = [r for r in rows if r["collective"] == collective]
+        per_n = {}
+        for n in sorted({r["ranks"] for r in mine}):
+            per_n[str(n)] = fit_alpha_beta([(collective, n, r["bytes"], r["seconds"]) for r in mine if r["ranks"] == n])
+        fits[collective] = {"ranks": per_n,
+                            "all": fit_alpha_beta([(collective, r["ranks"], r["bytes"], r["seconds"]) for r in mine])}
+    return fits
+
+
+# --- the whole calibration ---------------------------------------------------------------------
+
+def physical_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), ranks: int | None = None,
+              threads: int | None = None, device: str = "cpu", timeout: float = 300.0, log=print):
+    """Measure; return (Hardware, sidecar dict)."""
+    from ..hardware import Hardware
+    from ..results import machine_slug, provenance
+
+    dev = torch.device(device)
+    if threads:
+        torch.set_num_threads(threads)
+    threads = torch.get_num_threads()
+    min_run = 0.05 if quick else 0.3
+    ranks = ranks or (torch.cuda.device_count() if dev.type == "cuda" else max(2, min(os.cpu_count() or 2, 8)))
+    start = time.monotonic()
+
+    dtypes = [torch.float32, torch.bfloat16] + ([torch.float16] if dev.type == "cuda" else [])
+    log(f"matrix products ({threads} thread(s))")
+    gemm = gemm_rates(SIZES_QUICK if quick else SIZES_FULL, dtypes, dev, min_run)
+    log("memory bandwidth")
+    copy = copy_bandwidth((32 if quick else 256) * 2**20, dev, min_run)
+    log("layer times")
+    layers = [row for m in models for row in layer_times(m, (1,) if quick else micro_batches, dev, min_run)]
+    log(f"collectives on 2..{ranks} ranks")
+    if ranks < 2:
+        from ..config import ConfigError
+
+        raise ConfigError("ranks", f"the collectives need at least 2 ranks (devices), got {ranks}")
+    comm = collective_times(ranks, MESSAGE_BYTES_QUICK if quick else MESSAGE_BYTES_FULL, reps=5 if quick else 15,
+                            device=device, timeout=timeout)
+    fits = fit_collectives(comm)
+
+    best = {d: max((r["flops_per_s"] for r in gemm if r["dtype"] == d), default=None) for d in ("float32", "bfloat16")}
+    ar = fits["all-reduce"]["all"]
+    hw = Hardware(name=f"calibrated-{machine_slug(device)}", flops_fp32=best["float32"],
+                  flops_16bit=best["bfloat16"] or best["float32"], memory_bandwidth=copy["bytes_per_s"],
+                  memory_capacity=float(physical_memory(dev)), intra_bandwidth=ar["beta"], intra_latency=ar["alpha"],
+                  inter_bandwidth=ar["beta"], inter_latency=ar["alpha"],
+                  devices_per_node=torch.cuda.device_count() if dev.type == "cuda" else (os.cpu_count() or 1))
+    sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
+               "seconds": round(time.monotonic() - start, 2), "gemm": gemm, "copy": copy, "layers": layers,
+               "collectives": comm, "fits": fits,
+               "profile_from": {"flops_fp32": "max gemm float32", "flops_16bit": "max gemm bfloat16 (else float32)",
+                                "memory_bandwidth": "copy", "memory_capacity": "physical memory",
+                                "intra_latency": "fits.all-reduce.all.alpha", "intra_bandwidth": "fits.all-reduce.all.beta",
+                                "inter_*": "the same as intra_*"}}
+    return hw, sidecar
+
+
+def sidecar_path(profile: Path) -> Path:
+    profile = Path(profile)
+    return profile.with_name(profile.stem + ".calibration.json")
+
+
+def write(hw, sidecar: dict, profile: Path) -> Path:
+    """Write the profile (read by hardware.load_profile) and its sidecar; return the sidecar's path."""
+    from ..hardware import save_profile
+
+    profile = Path(profile)
+    profile.parent.mkdir(parents=True, exist_ok=True)
+    save_profile(hw, profile)
+    side = sidecar_path(profile)
+    side.write_text(json.dumps(sidecar, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o)
+                               else str(o)) + "\n")
+    return side

@@ -1,0 +1,73 @@
+"""Machine calibration (distperf.measure.calibrate): the α-β fit, and a quick calibration whose
+profile the hardware loader and `predict --hardware FILE` accept."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distperf.cli import main as cli
+from distperf.hardware import load_profile
+from distperf.measure.calibrate import fit_alpha_beta, fit_collectives, ring_terms, sidecar_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("collective", ["all-reduce", "all-gather", "reduce-scatter", "send"])
+def test_fit_recovers_alpha_and_beta_of_ring_times(collective):
+    alpha, beta = 3.7e-5, 2.1e9
+    points = []
+    for n in ([2] if collective == "send" else [2, 3, 4]):
+        for m in (4, 1024, 65536, 1 << 20, 4 << 20):
+            steps, volume = ring_terms(collective, n, m)
+            points.append((collective, n, m, steps * alpha + volume / beta))
+    fit = fit_alpha_beta(points)
+    assert fit["alpha"] == pytest.approx(alpha, rel=1e-9) and fit["beta"] == pytest.approx(beta, rel=1e-9)
+    assert fit["rms_relative_error"] < 1e-9 and "note" not in fit
+
+
+def test_fit_keeps_alpha_positive_when_the_intercept_is_not():
+    rows = [{"collective": "all-reduce", "ranks": 2, "bytes": m, "seconds": m / 1e9 - 1e-5}  # intercept < 0
+            for m in (1 << 16, 1 << 20, 4 << 20)]
+    fit = fit_collectives(rows)["all-reduce"]["ranks"]["2"]
+    assert fit["alpha"] > 0 and fit["beta"] > 0 and "alpha" in fit["note"]
+
+
+def test_quick_calibration_writes_a_profile_that_predict_reads(tmp_path, capsys):
+    out = tmp_path / "hw.json"
+    proc = subprocess.run([sys.executable, "-m", "distperf", "calibrate", "--quick", "--ranks", "2", "--models", "tiny",
+                           "--out", str(out)], capture_output=True, text=True, timeout=110, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
+    assert proc.returncode == 0, proc.stderr
+    hw = load_profile(out)
+    side = json.loads(sidecar_path(out).read_text())
+    # the profile is made of the sidecar's measurements
+    assert hw.flops_fp32 == max(r["flops_per_s"] for r in side["gemm"] if r["dtype"] == "float32")
+    fit = side["fits"]["all-reduce"]["all"]
+    assert (hw.intra_latency, hw.intra_bandwidth) == (fit["alpha"], fit["beta"])
+    assert hw.memory_bandwidth == side["copy"]["bytes_per_s"] and hw.memory_capacity > 2**30
+    assert set(side["fits"]) == {"all-reduce", "all-gather", "reduce-scatter", "send"}
+    assert all(side["fits"][c]["ranks"]["2"]["alpha"] > 0 for c in side["fits"])
+    parts = {(r["part"], r["micro_batch"]) for r in side["layers"]}
+    assert parts == {("layer", 1), ("embedding", 1), ("head", 1)}
+    assert all(r["forward_s"] > 0 and r["backward_s"] >= 0 for r in side["layers"])
+
+    capsys.readouterr()
+    assert cli(["predict", "--model", "tiny", "--dp", "2", "--hardware", str(out), "--json"]) == 0
+    prediction = json.loads(capsys.readouterr().out)
+    assert prediction["hardware"] == hw.name and prediction["time_s"]["iteration"] > 0
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--ranks", "1"], "ranks"),
+    (["--models", "small,bogus"], "model"),
+    (["--micro-batches", "1,x"], "micro_batches"),
+])
+def test_bad_calibration_input_is_one_line_and_status_2(argv, field, capsys):
+    assert cli(["calibrate", "--quick", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"distperf calibrate: error: {field}:") and "\n" not in err
