@@ -53,15 +53,45 @@ def _ddp_memory():
 
     dist.init_process_group("gloo")
     spec = presets.model("tiny")
-    model = build_model(spec)
-    ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True, bucket_cap_mb=0.05)
-    optimizer = torch.optim.Adam(ddp.parameters())
-    psi = sum(p.numel() for p in model.parameters())
-    r = measure_step_memory(ddp, optimizer, _adam_step(ddp, optimizer, spec.vocab, spec.seq), warmup=2)
-    return psi, r
+    results = []
+    for zero_first in (False, True):  # the step clears gradients at its end, or at its start (as our trainers)
+        model = build_model(spec)
+        ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True, bucket_cap_mb=0.05)
+        optimizer = torch.optim.Adam(ddp.parameters())
+        step = _adam_step(ddp, optimizer, spec.vocab, spec.seq)
+        if zero_first:
+            step = (lambda inner: lambda: (optimizer.zero_grad(), inner()))(step)
+        results.append(measure_step_memory(ddp, optimizer, step, warmup=2))
+    return sum(p.numel() for p in model.parameters()), results
 
 
 def test_model_states_under_ddp_with_two_gloo_ranks():
-    for psi, r in spawn(_ddp_memory, 2, timeout=60):
-        # gradients are views of DDP's buckets: one storage per bucket, together exactly 4Ψ
-        assert (r["parameters"], r["gradients"], r["optimizer_states"]) == (4 * psi, 4 * psi, 8 * psi)
+    for psi, results in spawn(_ddp_memory, 2, timeout=60):
+        for r in results:
+            # gradients are views of DDP's buckets: one storage per bucket, together exactly 4Ψ; what
+            # autograd accumulates before DDP copies it into the bucket is a temporary
+            assert (r["parameters"], r["gradients"], r["optimizer_states"]) == (4 * psi, 4 * psi, 8 * psi)
+            assert r["at_peak"]["gradients"] == 4 * psi
+
+
+def test_where_the_step_clears_gradients_does_not_change_the_categories():
+    n, a, b = 8, 16, 32
+
+    def measure(zero_first: bool):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(a, b), nn.Linear(b, b))
+        optimizer = torch.optim.Adam(model.parameters())
+
+        def step():
+            if zero_first:
+                optimizer.zero_grad()
+            model(torch.randn(n, a)).sum().backward()
+            optimizer.step()
+            if not zero_first:
+                optimizer.zero_grad()
+
+        return measure_step_memory(model, optimizer, step, warmup=2)
+
+    first, last = measure(True), measure(False)
+    for key in ("parameters", "gradients", "optimizer_states", "activations", "temporaries"):
+        assert first[key] == last[key], key

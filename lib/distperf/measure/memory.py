@@ -26,7 +26,7 @@ Each category reports its own peak during the measured step(s); ``total`` is the
 ``at_peak`` the breakdown at that moment (so ``total`` = Σ ``at_peak`` ≤ Σ category peaks).
 
 Storages allocated before the measurement and reachable from neither the parameters, their gradients
-(seen during the warm-up steps) nor the optimizer are invisible: for example DDP's separate buckets
+(DDP's bucket views are recognised in the warm-up steps) nor the optimizer are invisible: for example DDP's separate buckets
 with ``gradient_as_bucket_view=False``. The tracker is modelled on torch's
 ``torch.distributed._tools.mem_tracker.MemTracker`` (which works on CPU in torch 2.13); it is ours
 because we need a peak per category, activations defined as saved tensors, and the optimizer's
@@ -207,6 +207,21 @@ class StepMemoryTracker(TorchDispatchMode):
         return out
 
 
+def _persistent_gradients(tracker: StepMemoryTracker, accumulated: dict, final: dict) -> set[int]:
+    """Ids of the parameters whose final gradient is not what autograd accumulated; their gradient
+    storages are registered. (A function of its own: no reference to a storage outlives it.)"""
+    persistent = set()
+    for key, (param_ref, storage_refs) in final.items():
+        storages = [ref() for ref in storage_refs]
+        if param_ref() is None or any(st is None for st in storages):
+            continue
+        if key in accumulated and not accumulated[key] & {st.data_ptr() for st in storages}:
+            persistent.add(key)
+            for st in storages:
+                tracker.mark_storage(st, "gradients")
+    return persistent
+
+
 def _optimizer_params(opt: torch.optim.Optimizer):
     return (p for group in opt.param_groups for p in group["params"])
 
@@ -227,20 +242,30 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
     ``other_devices`` ({device: peak total}).
     """
     modules, optimizers = _as_list(model), _as_list(optimizer)
-    # Gradient storages as the optimizer sees them in the warm-up steps; those still alive after the
-    # warm-up outlive a step (DDP's bucket views) and exist before the measured step begins.
-    seen: list[tuple[weakref.ref, weakref.ref]] = []
+    # In the warm-up steps, compare each gradient as autograd accumulates it with the gradient the
+    # optimizer finally applies: where they differ, the final one lives in a buffer of its own that
+    # outlives the step (DDP's bucket views), and what autograd accumulates is a temporary copy.
+    accumulated: dict[int, int] = {}
+    final: dict[int, tuple[weakref.ref, list]] = {}
 
-    def record(opt, args, kwargs):
-        seen.extend((weakref.ref(p), weakref.ref(st)) for p in _optimizer_params(opt) if p.grad is not None
-                    for st in get_untyped_storages(p.grad))
+    def on_accumulate(p):
+        if p.grad is not None:
+            accumulated[id(p)] = {st.data_ptr() for st in get_untyped_storages(p.grad)}
 
-    handle = register_optimizer_step_pre_hook(record)
+    def on_step(opt, args, kwargs):
+        for p in _optimizer_params(opt):
+            if p.grad is not None:
+                final[id(p)] = (weakref.ref(p), [weakref.ref(st) for st in get_untyped_storages(p.grad)])
+
+    handles = [p.register_post_accumulate_grad_hook(on_accumulate)
+               for m in modules for p in m.parameters() if p.requires_grad]
+    handles.append(register_optimizer_step_pre_hook(on_step))
     try:
         for _ in range(warmup):
             step_fn()
     finally:
-        handle.remove()
+        for h in handles:
+            h.remove()
     if device is None:
         first = next((p for m in modules for p in m.parameters()), None)
         device = first.device if first is not None else torch.device("cpu")
@@ -252,13 +277,7 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
     tracker = StepMemoryTracker()
     tracker.track_model(*modules)
     tracker.track_optimizer(*optimizers)
-    persistent = set()
-    for param_ref, storage_ref in seen:
-        param, st = param_ref(), storage_ref()
-        if param is not None and st is not None:
-            tracker.mark_storage(st, "gradients")
-            persistent.add(id(param))
-    tracker.watch(modules, persistent)
+    tracker.watch(modules, _persistent_gradients(tracker, accumulated, final))
     with tracker:
         for _ in range(steps):
             step_fn()
