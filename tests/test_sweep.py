@@ -242,13 +242,15 @@ def test_ranks_that_raise_exit_or_hang_leave_failed_and_timeout_rows(tmp_path):
 def test_real_runs_with_injected_rank_faults_become_rows(tmp_path):
     path = _experiment(tmp_path, """
         name: real-faults
-        timeout: 10
+        timeout: 40
         base: {model: tiny, dp: 2, steps: 3, device: cpu}
         grid:
           env.DISTPERF_FAULT: ["raise:1:1", "hang:1:1"]
         """)
     out = tmp_path / "real.csv"
-    proc = _sweep(path, "--out", out, timeout=110)
+    # The timeout must exceed a loaded 2-core machine's start-up of two torch ranks (which the raising
+    # configuration needs) and is what ends the hanging one.
+    proc = _sweep(path, "--out", out, timeout=150)
     assert proc.returncode == 1, proc.stderr
     table = pd.read_csv(out)
     assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "hang:1:1"]
