@@ -59,6 +59,9 @@ STAND_IN = textwrap.dedent('''
             print(f"stand-in: error: rank {r} exited with status {proc.returncode}", file=sys.stderr)
             sys.exit(1)
     time.sleep(a.sleep)
+    gate = os.environ.get("STAND_IN_GATE")  # values from 2 on wait until the test opens the gate
+    while gate and a.value >= 2 and not os.path.exists(gate):
+        time.sleep(0.02)
     with open(os.environ["STAND_IN_LOG"], "a") as f:
         f.write(f"{a.value}\\n")
     print("some chatter before the result")
@@ -176,10 +179,10 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     path = _experiment(tmp_path, """
         name: resume
         command: ["{python}", stand_in.py]
-        base: {sleep: 0.2}
+        base: {sleep: 0.1}
         grid: {value: [0, 1, 2, 3, 4, 5]}
         """)
-    out, env = tmp_path / "resume.csv", _env(tmp_path)
+    out, env = tmp_path / "resume.csv", {**_env(tmp_path), "STAND_IN_GATE": str(tmp_path / "gate")}
     proc = subprocess.Popen([PY, "-m", "distperf", "sweep", str(path), "--out", str(out), "--no-progress"],
                             env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
@@ -189,10 +192,10 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     first = pd.read_csv(out)  # whole rows only: the file is replaced atomically after each one
-    assert 2 <= len(first) < 6 and set(first["status"]) == {"ok"}
-    assert list(first["arg.value"]) == list(range(len(first)))
+    assert list(first["arg.value"]) == [0, 1] and set(first["status"]) == {"ok"}  # the third was cut off
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".resume.csv")] == []  # no temporary left
 
+    (tmp_path / "gate").touch()
     again = _sweep(path, "--out", out, env=env)
     assert again.returncode == 0, again.stderr
     assert f"{len(first)} already done" in again.stdout
@@ -239,21 +242,22 @@ def test_ranks_that_raise_exit_or_hang_leave_failed_and_timeout_rows(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("distperf.commands.run") is None, reason="distperf run not available")
-def test_real_runs_with_injected_rank_faults_become_rows(tmp_path):
+def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
+    """The trainers' fault injection (DISTPERF_FAULT=kind:rank:step) in real two-rank runs. A hanging
+    rank is left to the stand-in test above and to run's own tests: its row would depend on timing."""
     path = _experiment(tmp_path, """
         name: real-faults
-        timeout: 40
+        timeout: 50
         base: {model: tiny, dp: 2, steps: 3, device: cpu}
         grid:
-          env.DISTPERF_FAULT: ["raise:1:1", "hang:1:1"]
+          env.DISTPERF_FAULT: ["raise:1:1", "exit:1:1"]
         """)
     out = tmp_path / "real.csv"
-    # The timeout must exceed a loaded 2-core machine's start-up of two torch ranks (which the raising
-    # configuration needs) and is what ends the hanging one.
-    proc = _sweep(path, "--out", out, timeout=150)
+    proc = _sweep(path, "--out", out, timeout=115)
     assert proc.returncode == 1, proc.stderr
     table = pd.read_csv(out)
-    assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "hang:1:1"]
-    assert list(table["status"]) == ["failed", "timeout"]
+    assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "exit:1:1"]
+    assert list(table["status"]) == ["failed", "failed"]
     assert "injected fault" in table["message"][0]
+    assert table["message"][1].startswith("distperf run: error:")  # run's one line
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
