@@ -46,6 +46,9 @@ def test_activations_are_the_tensors_saved_for_backward():
     r = measure_step_memory(model, optimizer, step)
     assert r["activations"] == 4 * n * (a + b)
     assert r["optimizer_states"] == 0  # plain SGD keeps no state
+    stash = [p.detach().clone() for p in model.parameters()]  # a second weight version, as 2BW keeps
+    with_stash = measure_step_memory(model, optimizer, step, extra={"parameters": stash})
+    assert with_stash["parameters"] == 2 * r["parameters"] == 2 * 4 * (a * b + b * c)
 
 
 def _ddp_memory():

@@ -232,10 +232,14 @@ def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int = 1, device=None) -> dict:
+def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int = 1, device=None,
+                        extra: dict | None = None) -> dict:
     """Peak bytes by category of ``steps`` calls of ``step_fn()`` after ``warmup`` unmeasured ones.
 
     ``model`` and ``optimizer`` may be one object or a list (pipeline stages, several optimizers).
+    ``extra`` registers tensors that exist before the step under a category, e.g. ``{"parameters":
+    pipeline.weight_buffers()}`` for PipeDream-2BW's second weight version. At least one warm-up step
+    is needed to recognise DDP's bucket-view gradients.
     Returns ``{parameters, gradients, optimizer_states, other, activations, temporaries, total,
     at_peak, device}`` for ``device`` (default: the device of the first parameter), bytes; on CUDA
     also ``cuda_max_allocated`` and ``cuda_max_reserved``. Storages on other devices are summed in
@@ -277,6 +281,11 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
     tracker = StepMemoryTracker()
     tracker.track_model(*modules)
     tracker.track_optimizer(*optimizers)
+    for category, tensors in (extra or {}).items():
+        if category not in CATEGORIES:
+            raise ValueError(f"extra: unknown category {category!r}; one of {', '.join(CATEGORIES)}")
+        for t in tensors:
+            tracker.track_tensor(t, category)
     tracker.watch(modules, _persistent_gradients(tracker, accumulated, final))
     with tracker:
         for _ in range(steps):

@@ -47,7 +47,7 @@ DEFAULT_TIMEOUT = 600.0
 ROW_COLUMNS = ("experiment", "config_hash", "status", "message", "elapsed_s", "returncode")
 STATUSES = ("ok", "failed", "timeout", "oom", "invalid")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
-_TIMEOUT = re.compile(r"within --timeout|timed out|timeout", re.I)
+_TIMEOUT = re.compile(r"did not finish within|timed out", re.I)
 
 
 @dataclass
