@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     commands = _available()
-    parser = _Parser(prog="distperf", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="distperf", description="Predict (cost model) and measure (torch.distributed) distributed Transformer training.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_text) in commands.items():
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
