@@ -34,3 +34,23 @@ def measured_vs_predicted(frame, x: str, measured: str, predicted: str, hue: str
     fig.tight_layout()
     return fig
 
+
+
+def category_bars(frame, label: str, category: str, measured: str, predicted: str, ylabel: str = "",
+                  scale: float = 1.0):
+    """One panel per ``category``: measured values as bars over the ``label`` levels, predictions as black marks."""
+    import numpy as np
+
+    cats = list(dict.fromkeys(frame[category]))
+    fig, axes = plt.subplots(1, len(cats), figsize=(3.1 * len(cats), 3.6), squeeze=False)
+    for ax, cat in zip(axes[0], cats):
+        part = frame[frame[category] == cat]
+        x = np.arange(len(part))
+        ax.bar(x, part[measured] / scale, color=sns.color_palette(PALETTE)[0], label="measured")
+        ax.scatter(x, part[predicted] / scale, marker="_", s=600, color="black", zorder=3, label="predicted")
+        ax.set_xticks(x, part[label], rotation=45, ha="right", fontsize="small")
+        ax.set_title(str(cat), fontsize="medium")
+    axes[0][0].set_ylabel(ylabel or measured)
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    return fig
