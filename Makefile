@@ -46,6 +46,11 @@ $(EXECUTED)/%.ipynb: notebooks/%.ipynb $(MEASURE_SRC) | $(INSTALLED)
 	  -p scale $(SCALE) -p device $(DEVICE) $< $(@:.ipynb=.part.ipynb)
 	mv $(@:.ipynb=.part.ipynb) $@
 
+# The calibration writes this machine's hardware profile (data/fresh/<scale>/hardware.json), which the
+# other experiments' predictions read: it runs first.
+CALIBRATION := $(EXECUTED)/calibration.ipynb
+$(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
+
 # Chapters execute through jupyter-cache: unchanged code is not re-executed. What their code reads (the
 # fresh and reference results and the library) is hashed too, and a change of it clears that cache.
 $(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapters/*) | $(INSTALLED)
