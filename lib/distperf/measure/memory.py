@@ -8,9 +8,13 @@ blind to what kernels allocate and free inside one operator (workspaces) and to 
 
 Categories, in order of precedence (a storage keeps the highest it ever gets):
 
-- ``parameters``: storages of the model's parameters (a DTensor's local shard).
+- ``parameters``: storages of the model's parameters (a DTensor's local shard), and FSDP2's gathered
+  (unsharded) parameters while they exist: the all-gather outputs its unsharded parameters are views
+  of, which it allocates and frees (``UntypedStorage.resize_``) around each unit's forward and
+  backward — the cost model's "parameters" of ZeRO-2/3 include the gathered unit too.
 - ``gradients``: storages a parameter's ``.grad`` points into — DDP's gradient bucket when gradients
-  are bucket views (``gradient_as_bucket_view=True``), counted once.
+  are bucket views (``gradient_as_bucket_view=True``), counted once — and FSDP2's unsharded gradients
+  from their accumulation until the reduce-scatter has consumed them.
 - ``optimizer_states``: tensors with at least one dimension in ``optimizer.state`` (Adam's two moments,
   SGD's momentum): the cost model's 8Ψ / 4Ψ (conventions: bytes per parameter).
 - ``other``: storages that outlive the step but belong to none of the above: Adam's scalar step
@@ -23,7 +27,8 @@ Categories, in order of precedence (a storage keeps the highest it ever gets):
   activations in backward, the optimizer's workspace, gathered parameters, communication buffers.
 
 Each category reports its own peak during the measured step(s); ``total`` is the peak of the sum, and
-``at_peak`` the breakdown at that moment (so ``total`` = Σ ``at_peak`` ≤ Σ category peaks).
+``at_peak`` the breakdown at that moment (so ``total`` = Σ ``at_peak`` ≤ Σ category peaks); ``at_start``
+is what is held when the measured step begins: the model states a rank keeps between steps.
 
 Storages allocated before the measurement and reachable from neither the parameters, their gradients
 (DDP's bucket views are recognised in the warm-up steps) nor the optimizer are invisible: for example DDP's separate buckets
@@ -131,6 +136,9 @@ class StepMemoryTracker(TorchDispatchMode):
                     self._mark(p.grad, "gradients")
             for b in module.buffers():
                 self._mark(b, "other")
+        for fsdp_param in _fsdp_params(modules):  # gathered parameters: storages resized to 0 between uses
+            for t in getattr(fsdp_param, "all_gather_outputs", ()):
+                self.mark_storage(t.untyped_storage(), "parameters")
 
     def track_optimizer(self, *optimizers: torch.optim.Optimizer) -> None:
         for opt in optimizers:
@@ -159,11 +167,12 @@ class StepMemoryTracker(TorchDispatchMode):
         """Hooks that classify gradients as they are accumulated (call before entering). Parameters in
         ``persistent`` (ids) keep their gradient in a storage that outlives the step (DDP's bucket
         views): what autograd accumulates for them first is a temporary that DDP copies away."""
-        for module in modules:
-            for p in module.parameters():
-                if p.requires_grad and id(p) not in persistent:
-                    self._handles.append(p.register_post_accumulate_grad_hook(
-                        lambda q: self._mark(q.grad, "gradients") if q.grad is not None else None))
+        unsharded = [getattr(f, "_unsharded_param", None) for f in _fsdp_params(modules)]
+        params = [p for module in modules for p in module.parameters()] + [p for p in unsharded if p is not None]
+        for p in params:
+            if p.requires_grad and id(p) not in persistent:
+                self._handles.append(p.register_post_accumulate_grad_hook(
+                    lambda q: self._mark(q.grad, "gradients") if q.grad is not None else None))
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         if not (isinstance(t, nn.Parameter) or isinstance(t._base, nn.Parameter)):  # a weight or its view (Wᵀ)
@@ -222,6 +231,26 @@ def _persistent_gradients(tracker: StepMemoryTracker, accumulated: dict, final: 
     return persistent
 
 
+def _fsdp_params(modules) -> list:
+    """FSDP2's per-parameter records (``FSDPParam``) of the ``fully_shard`` units under ``modules``.
+    They are private to torch (2.13: ``FSDPModule._get_fsdp_state()._fsdp_param_group.fsdp_params``);
+    if that changes, gathered parameters fall back to temporaries."""
+    from torch.distributed.fsdp import FSDPModule
+
+    found, seen = [], set()
+    for module in modules:
+        for sub in module.modules():
+            if not isinstance(sub, FSDPModule) or id(sub) in seen:
+                continue
+            seen.add(id(sub))
+            try:
+                group = sub._get_fsdp_state()._fsdp_param_group
+            except AttributeError:
+                continue
+            found.extend(group.fsdp_params if group is not None else ())
+    return found
+
+
 def _optimizer_params(opt: torch.optim.Optimizer):
     return (p for group in opt.param_groups for p in group["params"])
 
@@ -241,7 +270,7 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
     pipeline.weight_buffers()}`` for PipeDream-2BW's second weight version. At least one warm-up step
     is needed to recognise DDP's bucket-view gradients.
     Returns ``{parameters, gradients, optimizer_states, other, activations, temporaries, total,
-    at_peak, device}`` for ``device`` (default: the device of the first parameter), bytes; on CUDA
+    at_peak, at_start, device}`` for ``device`` (default: the device of the first parameter), bytes; on CUDA
     also ``cuda_max_allocated`` and ``cuda_max_reserved``. Storages on other devices are summed in
     ``other_devices`` ({device: peak total}).
     """
@@ -287,6 +316,7 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
         for t in tensors:
             tracker.track_tensor(t, category)
     tracker.watch(modules, _persistent_gradients(tracker, accumulated, final))
+    at_start = dict(tracker.current.get(str(device), dict.fromkeys(CATEGORIES, 0)))
     with tracker:
         for _ in range(steps):
             step_fn()
@@ -299,6 +329,7 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
     result = {name: int(peak[name]) for name in CATEGORIES}
     result["total"] = int(tracker.peak_total.get(key, 0))
     result["at_peak"] = {name: int(v) for name, v in tracker.at_peak.get(key, dict.fromkeys(CATEGORIES, 0)).items()}
+    result["at_start"] = {name: int(v) for name, v in at_start.items()}
     result["device"] = key
     others = {k: int(v) for k, v in tracker.peak_total.items() if k != key}
     if others:

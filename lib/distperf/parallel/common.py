@@ -29,6 +29,7 @@ class RunOptions:
     device: str = "auto"
     warmup: int = 1  # steps left out of the timing statistics
     timeout_s: float = 300.0
+    measure: bool = False  # memory and communication steps after the timed ones (distperf.measure.steps)
 
 
 def optimizer_class(training: Training):
@@ -96,6 +97,28 @@ class Trainer(abc.ABC):
 
     def finish(self) -> None:
         """Drain whatever is in flight (PipeDream-2BW); nothing to do for flushing strategies."""
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """This rank's optimizer objects (ZeRO-1: the wrapper and the local optimizer inside it)."""
+        inner = getattr(self.optimizer, "optim", None)
+        return [self.optimizer] + ([inner] if isinstance(inner, torch.optim.Optimizer) else [])
+
+    def weight_versions(self) -> list[torch.Tensor]:
+        """Parameter tensors this rank keeps beyond its model parts' own (PipeDream-2BW's second
+        weight version), for memory accounting."""
+        return []
+
+    def group_roles(self) -> dict[str, str]:
+        """{process group name: data_parallel | tensor_parallel | pipeline_parallel} of the groups this
+        rank communicates over, for communication accounting."""
+        from ..measure.comm import roles_from_mesh
+
+        mesh = getattr(self, "mesh", None)
+        roles = roles_from_mesh(mesh) if mesh is not None else {}
+        end = getattr(self, "end_group", None)  # tied embeddings: first and last pipeline stage
+        if end is not None:
+            roles[end.group_name] = "pipeline_parallel"
+        return roles
 
     def remember_parameters(self) -> None:
         """Record the (name, parameter) pairs the optimizer steps, once the model parts are wrapped.

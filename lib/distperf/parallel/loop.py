@@ -7,7 +7,9 @@ combines the ranks' losses into the global mean loss of each step.
 ``model_state_bytes_at_rest`` (one entry per rank) is what each rank stores for parameters, gradients
 and optimizer moments after the last step, between steps: FSDP2 (ZeRO-2 and 3) then holds only its
 shards, and PipeDream-2BW, drained, no gradient. Peaks inside a step (gathered FSDP units, 2BW's
-gradient) are for :mod:`distperf.measure.memory`.
+gradient) are for :mod:`distperf.measure.memory`: with ``opts.measure`` the run ends with the
+measurement steps of :mod:`distperf.measure.steps` (memory by category, communication by kind),
+after the timed steps and after the trained parameters are read.
 """
 from __future__ import annotations
 
@@ -140,7 +142,16 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         "tokens_per_s": batch * cfg.model.seq / median,
         "model_state_bytes_at_rest": state_bytes,
         "peak_memory_bytes": peak,
+        "threads_per_rank": torch.get_num_threads() if device.type == "cpu" else None,
     }
     if parameters:
         result["parameters"] = trainer.full_parameters()
+    if opts.measure:
+        from ..measure.steps import measure
+
+        def next_batch(step: int):
+            x, y = source.batch(step, batch)
+            return x.to(device), y.to(device)
+
+        result.update(measure(trainer, next_batch, opts.steps, distributed))
     return result

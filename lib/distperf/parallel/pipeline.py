@@ -75,7 +75,7 @@ class PipelineTrainer(Trainer):
     def __init__(self, cfg: Config, opts: RunOptions, mesh: DeviceMesh, device: torch.device):
         check_pipeline(cfg)
         lay, spec = cfg.layout, cfg.model
-        self.cfg, self.device = cfg, device
+        self.cfg, self.device, self.mesh = cfg, device, mesh
         self.partition = stage_layers(spec, lay)
         pp_rank, self.dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
         self.stage_ids = list(range(pp_rank, lay.stages, lay.pp))
@@ -154,6 +154,14 @@ class PipelineTrainer(Trainer):
 
     def model_parts(self):
         return self.parts
+
+    def optimizers(self):
+        return [self.twobw.optimizer] if self.twobw is not None else super().optimizers()
+
+    def weight_versions(self):
+        if self.twobw is None:
+            return []
+        return [p for buffer in self.twobw.weight_buffers() for p in buffer.values()]
 
     def optimizer_states(self):
         return [self.twobw.optimizer.state if self.twobw else optimizer_state(self.optimizer)]

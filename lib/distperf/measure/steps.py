@@ -1,0 +1,109 @@
+"""Measurement steps: memory by category and communication by kind, per rank, reduced to the most
+loaded rank.
+
+Both trackers slow a step down (a dispatch mode sees every operator, the profiler records them), so
+they run on optimizer steps of their own, after the timed steps: one memory warm-up step (it
+recognises DDP's bucket-view gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory`)
+and one communication step (:class:`~distperf.measure.comm.CommTracker`). Each of these steps is one
+``trainer.step`` followed by ``trainer.finish()``, so PipeDream-2BW fills and drains its pipeline
+inside the measured region (the most it holds in flight is the same as in its steady state).
+
+Reduction over ranks, as the cost model reports (:func:`distperf.cost.predict`): memory is the
+rank with the largest measured total (its categories together, "the most loaded rank"); communication
+is the most any rank has per kind. Every rank's numbers are kept (``per_rank``).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from .comm import KINDS, CommTracker
+from .memory import measure_step_memory
+
+MEMORY_KEYS = ("parameters", "gradients", "optimizer_states", "activations", "temporaries", "other", "total")
+STATE_KEYS = ("parameters", "gradients", "optimizer_states")
+COMM_SECTIONS = ("bytes", "sent_bytes", "time_s", "exposed_s", "calls")
+MEMORY_WARMUP, MEMORY_STEPS, COMM_STEPS = 1, 1, 1
+
+
+def measured_steps() -> dict:
+    """What the measurement steps were (for the result JSON)."""
+    return {"after_timed_steps": True, "memory_warmup": MEMORY_WARMUP, "memory": MEMORY_STEPS,
+            "communication": COMM_STEPS, "each": "one optimizer step, then finish() (drains PipeDream-2BW)"}
+
+
+def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], first_step: int,
+                 distributed: bool) -> dict:
+    """This rank's memory and communication on the measurement steps; ``next_batch(i)`` gives the
+    (inputs, targets) of step ``i`` on the trainer's device."""
+    counter = itertools.count(first_step)
+
+    def one_step():
+        x, y = next_batch(next(counter))
+        trainer.step(x, y)
+        trainer.finish()
+
+    extra = trainer.weight_versions()
+    memory = measure_step_memory(trainer.model_parts(), trainer.optimizers(), one_step, warmup=MEMORY_WARMUP,
+                                 steps=MEMORY_STEPS, device=trainer.device,
+                                 extra={"parameters": extra} if extra else None)
+    if distributed:
+        with CommTracker(trainer.group_roles()) as tracker:
+            for _ in range(COMM_STEPS):
+                one_step()
+        comm = tracker.summary(COMM_STEPS)
+    else:  # one device: nothing to communicate, and no profiler step needed to say so
+        zeros = dict.fromkeys(KINDS, 0)
+        comm = {"bytes": dict(zeros), "sent_bytes": dict.fromkeys(KINDS, 0.0), "time_s": dict.fromkeys(KINDS, 0.0),
+                "calls": dict(zeros), "by_collective": {}, "exposed_s": {**dict.fromkeys(KINDS, 0.0), "total": 0.0},
+                "unmatched_events": 0}
+    mesh = getattr(trainer, "mesh", None)
+    pipeline_rank = mesh.get_local_rank("pp") if mesh is not None and "pp" in (mesh.mesh_dim_names or ()) else 0
+    return {"memory": memory, "communication": comm, "pipeline_rank": pipeline_rank}
+
+
+def combine(ranks: list[dict]) -> tuple[dict, dict]:
+    """(memory_bytes, communication) of the run from every rank's :func:`measure_rank`."""
+    mems = [r["memory"] for r in ranks]
+    peak = max(range(len(mems)), key=lambda i: mems[i]["total"])
+    memory = {key: mems[peak][key] for key in MEMORY_KEYS}
+    memory.update({
+        "rank": peak,
+        "at_start": {key: mems[peak]["at_start"][key] for key in STATE_KEYS},
+        "at_peak": mems[peak]["at_peak"],
+        "device": mems[peak]["device"],
+        "per_rank": {**{key: [m[key] for m in mems] for key in MEMORY_KEYS},
+                     **{f"at_start.{key}": [m["at_start"][key] for m in mems] for key in STATE_KEYS},
+                     "pipeline_rank": [r["pipeline_rank"] for r in ranks]},
+    })
+    for key in ("cuda_max_allocated", "cuda_max_reserved"):
+        if key in mems[peak]:
+            memory[key] = mems[peak][key]
+            memory["per_rank"][key] = [m.get(key) for m in mems]
+
+    comms = [r["communication"] for r in ranks]
+    communication = {}
+    for section in COMM_SECTIONS:
+        kinds = sorted({k for c in comms for k in c[section]}, key=lambda k: (k not in KINDS, k == "total", k))
+        per_kind = {k: max(c[section].get(k, 0) for c in comms) for k in kinds}
+        if section != "exposed_s":  # exposed_s has its own total: the union of the kinds' intervals
+            per_kind["total"] = max(sum(c[section].values()) for c in comms)
+        communication[section] = per_kind
+    communication["unmatched_events"] = max(c.get("unmatched_events", 0) for c in comms)
+    communication["per_rank"] = comms
+    return memory, communication
+
+
+def measure(trainer, next_batch, first_step: int, distributed: bool) -> dict:
+    """Run the measurement steps on every rank (collective when distributed); return
+    ``{memory_bytes, communication, measured_steps}``, the same on every rank."""
+    mine = measure_rank(trainer, next_batch, first_step, distributed)
+    ranks = [mine]
+    if distributed:
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    memory, communication = combine(ranks)
+    return {"memory_bytes": memory, "communication": communication, "measured_steps": measured_steps()}
