@@ -14,11 +14,13 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="few sizes, short timings, micro-batch 1 (for tests and CI)")
+    p.add_argument("--quick", action="store_true",
+                   help="few sizes, short timings, micro-batch 1 unless --micro-batches (for tests and CI)")
     p.add_argument("--out", default=None, help="the profile to write (default data/fresh/<scale>/hardware.json)")
     p.add_argument("--scale", default=None, help="smoke, cpu or gpu: where the default --out goes")
     p.add_argument("--models", default="small", help="presets whose layers to time, comma-separated (default small)")
-    p.add_argument("--micro-batches", default="1,2,4", help="micro-batch sizes of the layer timings (default 1,2,4)")
+    p.add_argument("--micro-batches", default=None,
+                   help="micro-batch sizes of the layer timings, comma-separated (default 1,2,4; with --quick 1)")
     p.add_argument("--ranks", type=int, default=None,
                    help="collectives on 2..N ranks (default: the CPU cores, at most 8; on CUDA the GPUs)")
     p.add_argument("--threads", type=int, default=None, help="threads of the compute timings (default torch's)")
@@ -46,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     for m in models:
         presets.model(m)  # ConfigError('model', …) for an unknown preset
-    micro_batches = _ints("micro_batches", args.micro_batches)
+    micro_batches = _ints("micro_batches", args.micro_batches or ("1" if args.quick else "1,2,4"))
     if args.ranks is not None and args.ranks < 2:
         raise ConfigError("ranks", f"must be at least 2, got {args.ranks}")
     if args.threads is not None and args.threads < 1:

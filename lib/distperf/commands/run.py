@@ -10,7 +10,12 @@ launch is left behind (they all carry a tag in their environment, and whatever s
 Output: a summary, or with ``--json`` the result: ``losses`` (global mean loss of each optimizer
 step), ``iteration_time_s`` {``median``, ``p10``, ``p90``} (after ``--warmup`` steps), ``tokens_per_s``
 (global batch · seq / median step time), ``config``, and the model-state bytes each rank holds between
-steps (``model_state_bytes_at_rest``).
+steps (``model_state_bytes_at_rest``). Unless ``--no-measure``, three more optimizer steps after the
+timed ones measure ``memory_bytes`` (peak bytes by category of the most loaded rank, the keys of
+``predict`` plus temporaries, with every rank's in ``per_rank``) and ``communication`` (``bytes``,
+``sent_bytes``, ``time_s``, ``exposed_s`` by kind; :mod:`distperf.measure.steps`, ``measured_steps``).
+Then, in this process, ``prediction`` (the cost model on this machine's hardware profile, ``--hardware``)
+and ``error`` (signed relative errors; :mod:`distperf.measure.compare`).
 """
 from __future__ import annotations
 
@@ -38,15 +43,22 @@ class LaunchError(RuntimeError):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p)
     add_run_arguments(p)
+    p.add_argument("--hardware", default="auto",
+                   help="the hardware of the prediction beside the run: auto (this machine's profile from "
+                        "python -m distperf calibrate at the ranks' thread count, else a quick calibration now), "
+                        "a preset, a profile file, or none (default auto)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from ..measure.compare import attach, check_choice
+
     cfg, policy = config_and_policy(args)
     opts = options_from_args(args)
     check_run(cfg, opts)
+    check_choice(args.hardware)
     if policy == "time":
         from ..parallel.partition import resolve
 
@@ -64,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
     except LaunchError as e:
         print(f"distperf run: error: {e}", file=sys.stderr)
         return 1
+    attach(cfg, result, args.hardware)
     print(json.dumps(result, indent=1) if args.json else summary(result))
     return 0
 
@@ -189,4 +202,26 @@ def summary(result: dict) -> str:
         f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps",
         f"step time median {it['median'] * 1e3:.1f} ms (p10 {it['p10'] * 1e3:.1f}, p90 {it['p90'] * 1e3:.1f})",
         f"throughput {result['tokens_per_s']:,.0f} tokens/s",
-    ])
+    ] + _comparison(result))
+
+
+def _comparison(result: dict) -> list[str]:
+    pred, err, mem = result.get("prediction"), result.get("error"), result.get("memory_bytes")
+    lines = []
+    if mem is not None:
+        lines.append("memory of the most loaded rank (MiB): " + ", ".join(
+            f"{k.replace('_', ' ')} {mem[k] / 2**20:.2f}" for k in
+            ("parameters", "gradients", "optimizer_states", "activations", "temporaries", "total")))
+    if pred is None:
+        return lines
+    pct = lambda x: "n/a" if x is None else f"{100 * x:+.1f}%"  # noqa: E731
+    t = err["iteration_time_s"]
+    lines.append(f"predicted step time {pred['time_s']['iteration'] * 1e3:.1f} ms (error {pct(t['analytical'])}); "
+                 f"from profiled layer times "
+                 + (f"{pred['profiled']['time_s']['iteration'] * 1e3:.1f} ms (error {pct(t['profiled'])})"
+                    if "time_s" in pred.get("profiled", {}) else "n/a")
+                 + f"; hardware {pred['hardware']} ({pred['hardware_source']['kind']})")
+    if "memory_bytes" in err:
+        lines.append("memory error: " + ", ".join(f"{k.replace('_', ' ')} {pct(v)}"
+                                                  for k, v in err["memory_bytes"].items() if k != "stage"))
+    return lines

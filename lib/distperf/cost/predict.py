@@ -13,6 +13,17 @@ Time of one microbatch on pipeline rank r (per tensor- and data-parallel rank):
         + pipeline sends (not overlapped)
         + ZeRO-2/3 collectives not hidden behind the microbatch's compute.
 
+With ``layer_times`` (profiled seconds of one layer, the embeddings and the head on one device, for
+this micro-batch; :func:`distperf.measure.calibrate.layer_times`) the compute term is taken from them
+instead of FLOPs over rate, as profiling-based predictors do (Lu et al. 2024, arXiv 2407.02081,
+§"profiled" vs "analytical" compute; DistSim, vTrain):
+
+    compute_r = L_r/t · (f_layer + b_layer + recomputed share of f_layer)
+              + [first] (f_embedding + b_embedding) + [last] (f_head + b_head),
+
+the recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops (1 for full
+recomputation, the attention core's share for selective).
+
 The pipeline takes :func:`~distperf.cost.schedules.pipeline_time` over the t_r. Rank r finishes its
 last backward when the drain has still to cross ranks r − 1 … 0; then its data-parallel reduction's
 exposed tail (bucketed overlap with the last backward), the tied-embedding all-reduce and the optimizer
@@ -60,17 +71,24 @@ class _Stage(NamedTuple):
     tp_bytes_microbatch: float
     pp_bytes_microbatch: float
     pp_bytes_step: float
+    at_rest: tuple  # (parameters, gradients, optimizer states) bytes kept between steps, one weight version
 
 
 def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_BUCKET_BYTES,
-            check: bool = True) -> dict:
+            check: bool = True, layer_times: dict | None = None) -> dict:
     """Predict one configuration; returns the JSON-ready dictionary of ``python -m distperf predict``.
 
     Keys: parameters, parameters_per_stage, flops {model, hardware}, memory_bytes {parameters,
     gradients, optimizer_states, activations, total} (most loaded rank), memory_bytes_per_stage
-    (totals), memory_bytes_by_stage (the categories of every pipeline rank), peak_stage, fits,
-    communication_bytes {data_parallel, tensor_parallel, pipeline_parallel}, collectives (same keys),
-    time_s {compute, communication_exposed, bubble, iteration}, bubble_fraction, hardware.
+    (totals), memory_bytes_by_stage (the categories of every pipeline rank), model_states_at_rest and
+    model_states_at_rest_by_stage (parameters, gradients, optimizer states kept between steps: the
+    memory_bytes states without a step's transients, i.e. ZeRO-2/3's gathered parameters and unsharded
+    gradients), peak_stage, fits, communication_bytes {data_parallel, tensor_parallel,
+    pipeline_parallel}, collectives (same keys), time_s {compute, communication_exposed, bubble,
+    iteration}, bubble_fraction, hardware, compute_from ("flops" or "layer_times").
+
+    ``layer_times``: {"layer": (forward_s, backward_s), "embedding": (…), "head": (…)} of one
+    microbatch on one device; when given, compute time comes from them (see the module docstring).
     """
     if check:
         validate(cfg)
@@ -84,11 +102,14 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
 
     # ranks with the same layers and ends cost the same apart from the schedule
     keys = [(layers[r] if v == 1 else sum(layers[r::p]), r == 0, r == p - 1) for r in range(p)]
+    times = None if layer_times is None else tuple(tuple(float(x) for x in layer_times[part])
+                                                   for part in ("layer", "embedding", "head"))
     stages: dict[tuple, _Stage] = {}
     for key in keys:
         if key not in stages:
             stages[key] = _stage(*key, h, spec.ffn, s, vocab, spec.tied, b, t, dp, p, v, sp, rc, lay.zero,
-                                 tr.precision, tr.optimizer, tr.momentum, sched == "pipedream", hw, bucket_bytes)
+                                 tr.precision, tr.optimizer, tr.momentum, sched == "pipedream", hw, bucket_bytes,
+                                 times)
     ranks = [stages[key] for key in keys]
 
     # activations: what each in-flight microbatch stashes, plus one recomputed layer
@@ -110,11 +131,14 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     by_stage = [{"parameters": rank.weights + rank.gathered, "gradients": rank.gradients,
                  "optimizer_states": rank.optimizer_states, "activations": x, "total": rank.states + x}
                 for rank, x in zip(ranks, activations)]
+    at_rest = [{"parameters": rank.at_rest[0], "gradients": rank.at_rest[1], "optimizer_states": rank.at_rest[2]}
+               for rank in ranks]
     if sched in ("2bw", "pipedream"):
-        for r, (stage, rank) in enumerate(zip(by_stage, ranks)):
+        for r, (stage, rest, rank) in enumerate(zip(by_stage, at_rest, ranks)):
             extra = (weight_versions(sched, p, r) - 1) * rank.weights
             stage["parameters"] += extra
             stage["total"] += extra
+            rest["parameters"] += extra
     totals = [stage["total"] for stage in by_stage]
     peak = max(range(p), key=totals.__getitem__)
 
@@ -149,6 +173,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         "memory_bytes": by_stage[peak],
         "memory_bytes_per_stage": totals,
         "memory_bytes_by_stage": by_stage,
+        "model_states_at_rest": at_rest[peak],
+        "model_states_at_rest_by_stage": at_rest,
         "peak_stage": peak,
         "fits": totals[peak] <= hw.memory_capacity,
         "communication_bytes": {"data_parallel": dp_bytes, "tensor_parallel": tp_bytes, "pipeline_parallel": pp_bytes},
@@ -161,15 +187,17 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                    "bubble": bubble, "iteration": iteration},
         "bubble_fraction": bubble / iteration if iteration > 0 else 0.0,
         "hardware": hw.name,
+        "compute_from": "flops" if times is None else "layer_times",
     }
 
 
 @lru_cache(maxsize=1 << 15)
 def _stage(n_layers: int, first: bool, last: bool, h: int, ffn: int, s: int, vocab: int, tied: bool, b: int, t: int,
            dp: int, p: int, v: int, sp: bool, rc: str, zero: int, precision: str, optimizer: str, momentum: bool,
-           pipedream: bool, hw: Hardware, bucket_bytes: float) -> _Stage:
+           pipedream: bool, hw: Hardware, bucket_bytes: float, times: tuple | None = None) -> _Stage:
     """The costs of a pipeline rank holding ``n_layers`` layers (and the embedding if ``first``, the head
-    if ``last``), per microbatch and per step. Cached: a sweep over microbatches and schedules reuses it."""
+    if ``last``), per microbatch and per step. Cached: a sweep over microbatches and schedules reuses it.
+    ``times``: profiled ((f, b) layer, (f, b) embedding, (f, b) head) seconds, or None for FLOPs / rate."""
     pb, gb, ob = bytes_per_parameter(precision, optimizer, momentum)
     p_layer = par.layer_parameters_per_tp_rank(h, ffn, t)
     p_embed = par.embedding_parameters(h, vocab, s)
@@ -192,6 +220,12 @@ def _stage(n_layers: int, first: bool, last: bool, h: int, ffn: int, s: int, voc
     forward = n_layers * fl.layer_forward_flops(b, s, h, ffn) / t + (fl.head_forward_flops(b, s, h, vocab) if last else 0)
     compute_fwd = forward / rate
     compute_bwd = (2 * forward + n_layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t) / rate
+    if times is not None:
+        (layer_f, layer_b), (embed_f, embed_b), (head_f, head_b) = times
+        recomputed = fl.recompute_forward_flops(b, s, h, ffn, rc) / fl.layer_forward_flops(b, s, h, ffn)
+        compute_fwd = n_layers * layer_f / t + (embed_f if first else 0.0) + (head_f if last else 0.0)
+        compute_bwd = (n_layers * (layer_b + recomputed * layer_f) / t + (embed_b if first else 0.0)
+                       + (head_b if last else 0.0))
 
     # tensor parallel: two all-reduces forward, two backward, two more when full recomputation reruns the forward
     message = b * s * h * pb  # one microbatch's activation (or its gradient), in the parameters' precision
@@ -234,11 +268,13 @@ def _stage(n_layers: int, first: bool, last: bool, h: int, ffn: int, s: int, voc
 
     exposed = tp_time + sends * send_time + mb_exposed
     gathered = transient * pb if zero == 3 else 0
+    sharded = zero >= 2  # FSDP2 shards parameters and gradients at rest for ZeRO-2 as for ZeRO-3
+    at_rest = ((owned if sharded else params) * pb, (owned if sharded else params) * gb, optimizer_states)
     return _Stage(params, weights, gathered, gradients, optimizer_states, weights + gathered + gradients + optimizer_states,
                   compute_fwd + compute_bwd + exposed, compute_fwd + compute_bwd, exposed,
                   compute_bwd + tp_backward + send_time, step_exposed + dp_exposed,
                   owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth,
-                  dp_step, dp_microbatch, tp_bytes, sends * message, pp_bytes_step)
+                  dp_step, dp_microbatch, tp_bytes, sends * message, pp_bytes_step, at_rest)
 
 
 @lru_cache(maxsize=4096)

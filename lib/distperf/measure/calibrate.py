@@ -100,15 +100,17 @@ def copy_bandwidth(nbytes: int, device="cpu", min_run_time: float = 0.2) -> dict
     return {"bytes": nbytes, "seconds": t, "bytes_per_s": 2 * nbytes / t}
 
 
-def layer_times(model_name: str, micro_batches, device="cpu", min_run_time: float = 0.2) -> list[dict]:
-    """Forward and backward seconds of one layer, the embeddings and the head (with the loss) of a preset."""
+def layer_times(model, micro_batches, device="cpu", min_run_time: float = 0.2) -> list[dict]:
+    """Forward and backward seconds of one layer, the embeddings and the head (with the loss) of a
+    preset (by name) or of a :class:`~distperf.config.ModelSpec`, at this process's thread count."""
     import torch.nn as nn
 
     from .. import presets
     from ..cost.flops import head_forward_flops, layer_forward_flops
     from ..model import Block, init_weights, layer_input, lm_loss
 
-    spec = presets.model(model_name)
+    spec = presets.model(model) if isinstance(model, str) else model
+    model_name = spec.name
     device = torch.device(device)
     torch.manual_seed(0)
     block = Block(spec).to(device)
@@ -137,7 +139,9 @@ def layer_times(model_name: str, micro_batches, device="cpu", min_run_time: floa
             t_f = _timer_median(fwd, min_run_time)
             t_fb = _timer_median(fwd_bwd, min_run_time)
             rows.append({"model": model_name, "part": part, "micro_batch": b, "seq": spec.seq, "hidden": spec.hidden,
-                         "forward_s": t_f, "backward_s": max(t_fb - t_f, 0.0), "forward_flops": flops})
+                         "forward_s": t_f, "backward_s": max(t_fb - t_f, 0.0), "forward_flops": flops,
+                         "arch": spec.arch, "heads": spec.heads, "ffn": spec.ffn, "vocab": spec.vocab,
+                         "dropout": spec.dropout, "threads": torch.get_num_threads()})
     return rows
 
 
@@ -314,7 +318,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
     log("memory bandwidth")
     copy = copy_bandwidth((32 if quick else 256) * 2**20, dev, min_run)
     log("layer times")
-    layers = [row for m in models for row in layer_times(m, (1,) if quick else micro_batches, dev, min_run)]
+    layers = [row for m in models for row in layer_times(m, micro_batches, dev, min_run)]
     log(f"collectives on 2..{ranks} ranks")
     if ranks < 2:
         from ..config import ConfigError

@@ -1,0 +1,149 @@
+"""Measurement steps of a run beside the cost model's prediction (distperf.measure.steps, .compare).
+
+On 2 real gloo ranks with the tiny model and Adam in fp32 (4 + 4 + 8 bytes per parameter): the model
+states measured by exact tensor accounting equal the cost model's bytes exactly, and
+``python -m distperf run --json`` carries memory, communication, prediction and errors that follow
+from its own numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dist_harness import spawn, tiny_spec
+from distperf import cli, presets
+from distperf.commands import run as run_command
+from distperf.config import Config, Layout, Training, validate
+from distperf.cost import predict
+
+STATES = ("parameters", "gradients", "optimizer_states")
+KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
+
+# layout -> how its measured model states compare with the prediction for its pipeline rank
+CASES = {
+    "dp": Layout(dp=2, micro_batch=2),
+    "zero1": Layout(dp=2, micro_batch=2, zero=1),
+    "zero2": Layout(dp=2, micro_batch=1, microbatches=2, zero=2),
+    "zero3": Layout(dp=2, micro_batch=2, zero=3),
+    "tp": Layout(tp=2, micro_batch=2),
+    "pp-1f1b": Layout(pp=2, schedule="1f1b", micro_batch=1, microbatches=2),
+    "pp-2bw": Layout(pp=2, schedule="2bw", micro_batch=1, microbatches=2),
+}
+
+
+def _measure_job(cfg, opts):
+    from distperf.parallel.loop import run_training
+
+    result = run_training(cfg, opts)
+    return {key: result[key] for key in ("memory_bytes", "communication", "measured_steps", "losses")}
+
+
+def _per_stage_max(per_rank: dict, key: str, stage: int) -> int:
+    return max(v for v, s in zip(per_rank[key], per_rank["pipeline_rank"]) if s == stage)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_measured_model_states_equal_the_cost_model_exactly(name):
+    from distperf.parallel.common import RunOptions
+
+    cfg = validate(Config(model=tiny_spec(), layout=CASES[name], training=Training(optimizer="adam")))
+    opts = RunOptions(steps=1, warmup=0, device="cpu", measure=True)
+    results = spawn(_measure_job, 2, cfg, opts, timeout=90)
+    assert results[0]["memory_bytes"] == results[1]["memory_bytes"]  # combined over the ranks, on every rank
+    measured, pred = results[0]["memory_bytes"], predict(cfg)
+    per = measured["per_rank"]
+    assert len(results[0]["losses"]) == 1 and results[0]["measured_steps"]["after_timed_steps"]
+    for stage in range(cfg.layout.pp):
+        at_rest, peak = pred["model_states_at_rest_by_stage"][stage], pred["memory_bytes_by_stage"][stage]
+        for key in STATES:
+            if not (name == "pp-2bw" and key == "gradients"):  # 2BW drops each gradient once applied
+                assert _per_stage_max(per, f"at_start.{key}", stage) == at_rest[key], (stage, key)
+            if name in ("zero2", "zero3") and key != "optimizer_states":
+                # inside the step FSDP2 also holds gathered units and unsharded gradients, which the cost
+                # model approximates (one unit); their size is an error to report, not an identity
+                assert _per_stage_max(per, key, stage) > at_rest[key], (stage, key)
+            else:
+                assert _per_stage_max(per, key, stage) == peak[key], (stage, key)
+        assert _per_stage_max(per, "activations", stage) > 0
+    assert measured["total"] == max(per["total"]) and measured["rank"] == per["total"].index(measured["total"])
+    assert measured["total"] >= sum(measured["at_peak"][k] for k in STATES)
+    sent = results[0]["communication"]["sent_bytes"]
+    if name in ("dp", "zero3", "tp", "pp-1f1b", "pp-2bw"):
+        # ring volumes of DDP's all-reduce, FSDP2's gathers and reduce-scatter, Megatron's all-reduces,
+        # the pipeline's sends and the tied embedding's all-reduce: as the cost model counts them
+        for kind in KINDS:
+            assert sent[kind] == pred["communication_bytes"][kind], kind
+
+
+def _relative(predicted, measured):
+    if measured == 0:
+        return 0.0 if predicted == 0 else None
+    return (predicted - measured) / measured
+
+
+def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(tmp_path):
+    from distperf.hardware import load_profile
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    profile = tmp_path / "hw.json"
+    cal = subprocess.run([sys.executable, "-m", "distperf", "calibrate", "--quick", "--threads", "1", "--ranks", "2",
+                          "--models", "tiny", "--micro-batches", "2", "--out", str(profile)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert cal.returncode == 0, cal.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "distperf", "run", "--model", "tiny", "--device", "cpu", "--steps", "2",
+                           "--dp", "2", "--micro-batch", "2", "--hardware", str(profile), "--json"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout)
+
+    assert len(r["iteration_time_s"]["steps"]) == 2 and len(r["losses"]) == 2  # measurement steps are not timed
+    assert r["measured_steps"]["after_timed_steps"] is True
+    mem = r["memory_bytes"]
+    for key in ("parameters", "gradients", "optimizer_states", "activations", "temporaries", "total"):
+        assert mem[key] > 0 and len(mem["per_rank"][key]) == 2
+    for section in ("bytes", "time_s", "exposed_s"):
+        assert set(KINDS) | {"total"} <= set(r["communication"][section])
+    assert r["communication"]["bytes"]["data_parallel"] > 0 and r["communication"]["bytes"]["tensor_parallel"] == 0
+
+    # the prediction is the cost model's for this configuration on the given profile
+    pred = r["prediction"]
+    cfg = validate(Config(model=presets.model("tiny"), layout=Layout(dp=2, micro_batch=2)))
+    expected = predict(cfg, load_profile(profile))
+    assert pred["memory_bytes"] == expected["memory_bytes"] and pred["time_s"] == expected["time_s"]
+    assert pred["hardware_source"]["kind"] == "profile" and pred["hardware_source"]["threads"] == 1
+    assert pred["profiled"]["layer_times_source"] == "calibration sidecar"
+    sidecar = json.loads((tmp_path / "hw.calibration.json").read_text())
+    layer = next(row for row in sidecar["layers"] if row["part"] == "layer")
+    assert pred["profiled"]["layer_times"]["layer"] == {"forward_s": layer["forward_s"], "backward_s": layer["backward_s"]}
+
+    # every error follows from the numbers in the JSON
+    err = r["error"]
+    median = r["iteration_time_s"]["median"]
+    assert err["iteration_time_s"]["analytical"] == pytest.approx(_relative(pred["time_s"]["iteration"], median))
+    assert err["iteration_time_s"]["profiled"] == pytest.approx(_relative(pred["profiled"]["time_s"]["iteration"], median))
+    stage = mem["per_rank"]["pipeline_rank"][mem["rank"]]
+    for key in ("parameters", "gradients", "optimizer_states", "activations", "total"):
+        assert err["memory_bytes"][key] == pytest.approx(_relative(pred["memory_bytes_by_stage"][stage][key], mem[key]))
+    for key in STATES:
+        assert err["memory_bytes"][key] == 0.0  # fp32 DDP: the model states are exact
+    sent = r["communication"]["sent_bytes"]
+    for kind in KINDS:
+        assert err["communication_bytes"][kind] == _relative(pred["communication_bytes"][kind], sent[kind])
+    exposed = r["communication"]["exposed_s"]["total"]
+    t = pred["time_s"]
+    assert err["exposed_s"]["analytical"] == pytest.approx(_relative(t["communication_exposed"] + t["bubble"], exposed))
+
+
+def test_a_bad_hardware_is_refused_before_any_process_starts(monkeypatch, capsys):
+    def no_launch(*a, **k):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(run_command, "launch", no_launch)
+    monkeypatch.setattr(subprocess, "Popen", no_launch)
+    assert cli.main(["run", "--model", "tiny", "--dp", "2", "--hardware", "no-such-gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("distperf run: error: hardware:") and "\n" not in err
