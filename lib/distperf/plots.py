@@ -51,6 +51,7 @@ def category_bars(frame, label: str, category: str, measured: str, predicted: st
         ax.set_xticks(x, part[label], rotation=45, ha="right", fontsize="small")
         ax.set_title(str(cat), fontsize="medium")
     axes[0][0].set_ylabel(ylabel or measured)
-    axes[0][0].legend(fontsize="small")
     fig.tight_layout()
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2,
+               fontsize="small", frameon=False)
     return fig
