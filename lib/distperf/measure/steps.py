@@ -4,9 +4,14 @@ loaded rank.
 Both trackers slow a step down (a dispatch mode sees every operator, the profiler records them), so
 they run on optimizer steps of their own, after the timed steps: one memory warm-up step (it
 recognises DDP's bucket-view gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory`)
-and one communication step (:class:`~distperf.measure.comm.CommTracker`). Each of these steps is one
-``trainer.step`` followed by ``trainer.finish()``, so PipeDream-2BW fills and drains its pipeline
-inside the measured region (the most it holds in flight is the same as in its steady state).
+and one communication step (:class:`~distperf.measure.comm.CommTracker`), each one ``trainer.step``
+followed by ``trainer.finish()``. PipeDream-2BW keeps microbatches in flight from one step to the next
+(``trainer.flushes`` is False); ``finish()`` drains it, so that everything a measured step holds or
+sends is created and completed inside the measured region. Its memory step holds as many microbatches
+in flight as its steady state does, and sends the bytes of one batch; but its exposed waiting time
+then includes the fill and the drain of the pipeline, which its training steps do not have. (Measuring
+a steady-state 2BW step, with sends still in flight when the tracker's profiler stops, crashed the ranks
+with heap corruption at the next garbage collection in torch 2.13 on gloo.)
 
 Reduction over ranks, as the cost model reports (:func:`distperf.cost.predict`): memory is the
 rank with the largest measured total (its categories together, "the most loaded rank"); communication
@@ -29,31 +34,32 @@ COMM_SECTIONS = ("bytes", "sent_bytes", "time_s", "exposed_s", "calls")
 MEMORY_WARMUP, MEMORY_STEPS, COMM_STEPS = 1, 1, 1
 
 
-def measured_steps() -> dict:
+def measured_steps(flushes: bool = True) -> dict:
     """What the measurement steps were (for the result JSON)."""
     return {"after_timed_steps": True, "memory_warmup": MEMORY_WARMUP, "memory": MEMORY_STEPS,
-            "communication": COMM_STEPS, "each": "one optimizer step, then finish() (drains PipeDream-2BW)"}
+            "communication": COMM_STEPS, "each": "one optimizer step, then finish()",
+            "drained": not flushes}  # PipeDream-2BW: fill and drain inside each measured step
 
 
 def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], first_step: int,
                  distributed: bool) -> dict:
     """This rank's memory and communication on the measurement steps; ``next_batch(i)`` gives the
-    (inputs, targets) of step ``i`` on the trainer's device."""
+    (inputs, targets) of step ``i`` on the trainer's device. Drains the trainer at the end."""
     counter = itertools.count(first_step)
 
-    def one_step():
+    def drained_step():
         x, y = next_batch(next(counter))
         trainer.step(x, y)
         trainer.finish()
 
     extra = trainer.weight_versions()
-    memory = measure_step_memory(trainer.model_parts(), trainer.optimizers(), one_step, warmup=MEMORY_WARMUP,
+    memory = measure_step_memory(trainer.model_parts(), trainer.optimizers(), drained_step, warmup=MEMORY_WARMUP,
                                  steps=MEMORY_STEPS, device=trainer.device,
                                  extra={"parameters": extra} if extra else None)
     if distributed:
         with CommTracker(trainer.group_roles()) as tracker:
             for _ in range(COMM_STEPS):
-                one_step()
+                drained_step()
         comm = tracker.summary(COMM_STEPS)
     else:  # one device: nothing to communicate, and no profiler step needed to say so
         zeros = dict.fromkeys(KINDS, 0)
@@ -106,4 +112,5 @@ def measure(trainer, next_batch, first_step: int, distributed: bool) -> dict:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
     memory, communication = combine(ranks)
-    return {"memory_bytes": memory, "communication": communication, "measured_steps": measured_steps()}
+    return {"memory_bytes": memory, "communication": communication,
+            "measured_steps": measured_steps(trainer.flushes or not distributed)}

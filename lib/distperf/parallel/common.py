@@ -82,6 +82,7 @@ class Trainer(abc.ABC):
 
     cfg: Config
     device: torch.device
+    flushes: bool = True  # False: microbatches stay in flight from one step to the next (PipeDream-2BW)
 
     @abc.abstractmethod
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float | None:

@@ -92,6 +92,7 @@ class PipelineTrainer(Trainer):
         self.end_group = end_group(mesh) if spec.tied else None
         pp_group = mesh.get_group("pp")
         self.twobw = None
+        self.flushes = lay.schedule != "2bw"
         if lay.schedule == "2bw":
             from .twobw import TwoBWPipeline
 
