@@ -45,35 +45,9 @@ def test_checks_of_torchs_schedules_come_before_any_process():
 
 # ---------------------------------------------------------------- PipeDream-2BW through the trainer
 def _simulate_2bw(cfg, opts):
-    """One process: batch t's gradient at W(max(t−1, 0)), applied to W(t) by the same optimizer."""
-    import torch
+    from distperf.parallel.twobw_reference import simulate_2bw
 
-    from distperf.data import make_source
-    from distperf.model import build_model, lm_loss
-    from distperf.parallel.common import make_optimizer, split_rows
-
-    model, stale = build_model(cfg.model, opts.seed), build_model(cfg.model, opts.seed)
-    optimizer = make_optimizer(model.parameters(), cfg.training, opts.lr)
-    source = make_source(opts.data, cfg.model.vocab, cfg.model.seq, opts.seed)
-    losses, dp, m = [], cfg.layout.dp, cfg.layout.microbatches
-    for t in range(opts.steps):
-        x, y = source.batch(t, cfg.layout.global_batch)
-        stale.zero_grad()
-        total = 0.0
-        for r in range(dp):  # each replica's microbatches, gradients averaged over all of them
-            for xi, yi in zip(split_rows(x, r, dp).chunk(m), split_rows(y, r, dp).chunk(m)):
-                loss = lm_loss(stale(xi), yi) / (m * dp)
-                loss.backward()
-                total += loss.item()
-        losses.append(total)
-        before = {n: p.detach().clone() for n, p in model.named_parameters()}
-        for p, q in zip(model.parameters(), stale.parameters()):
-            p.grad = q.grad.clone()
-        optimizer.step()
-        with torch.no_grad():  # the next batch's gradient is taken at this update's starting point
-            for n, q in stale.named_parameters():
-                q.copy_(before[n])
-    return {"losses": losses, "parameters": {n: p.detach() for n, p in model.named_parameters()}}
+    return simulate_2bw(cfg, opts)
 
 
 @pytest.mark.parametrize("dp, tp", [(1, 1), (2, 1), (1, 2)])

@@ -31,6 +31,7 @@ import time
 import uuid
 
 from ..cli_args import add_config_arguments
+from ..processes import tagged_processes
 from ..train import add_run_arguments, check_run, config_and_policy, config_to_json, options_from_args
 
 TAG = "DISTPERF_LAUNCH_TAG"
@@ -124,17 +125,7 @@ def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", 
 
 def _tagged_processes(tag: str) -> list[int]:
     """Processes (ours) whose environment carries the launch tag: the launcher and every rank."""
-    found, needle = [], f"{TAG}={tag}".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return tagged_processes(TAG, tag)
 
 
 def _stop(proc: subprocess.Popen, tag: str) -> None:

@@ -39,6 +39,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..processes import tagged_processes
 from ..results import PROVENANCE_COLUMNS, provenance, write_csv_atomic
 from .grid import Configuration, Experiment
 
@@ -82,21 +83,7 @@ def _die_with_parent() -> None:
 
 
 def _tagged(tag: str) -> list[int]:
-    needle, found = f"{TAG}={tag}".encode(), []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return tagged_processes(TAG, tag)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
