@@ -185,11 +185,15 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     out, env = tmp_path / "resume.csv", {**_env(tmp_path), "STAND_IN_GATE": str(tmp_path / "gate")}
     proc = subprocess.Popen([PY, "-m", "distperf", "sweep", str(path), "--out", str(out), "--no-progress"],
                             env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not out.exists() or len(pd.read_csv(out)) < 2):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(pd.read_csv(out)) < 2):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        (tmp_path / "gate").touch()  # whatever happened, nothing waits on the gate and the sweep is gone
+        proc.kill()
     assert proc.returncode == 130, err
     first = pd.read_csv(out)  # whole rows only: the file is replaced atomically after each one
     assert list(first["arg.value"]) == [0, 1] and set(first["status"]) == {"ok"}  # the third was cut off

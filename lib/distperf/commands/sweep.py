@@ -48,7 +48,9 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else fresh_dir(scale) / f"{exp.name}.csv"
     if args.list:
         return _list(exp, out)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a polite stop leaves the file as it is
+    # A polite stop (SIGTERM, or SIGINT — which a shell leaves ignored for background jobs, and Python
+    # then never turns into KeyboardInterrupt) leaves the table as it is.
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         counts = sweep(exp, out, timeout=args.timeout, force=args.force, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -56,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     ran = {k: v for k, v in counts.items() if v and k != "skipped"}
     summary = ", ".join(f"{v} {k}" for k, v in ran.items()) or "nothing to run"
     print(f"{exp.name}: {summary}; {counts['skipped']} already done; table: {out}")
