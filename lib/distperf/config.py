@@ -122,9 +122,11 @@ def stage_layers(model: ModelSpec, layout: Layout) -> tuple[int, ...]:
     return tuple(layout.partition) if layout.partition else uniform_partition(model.layers, layout.stages)
 
 
-def _positive(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(name, f"must be a positive integer, got {value!r}")
+def _positive(obj, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if type(value) is not int or value < 1:  # type(): a bool is not a size
+            raise ConfigError(name, f"must be a positive integer, got {value!r}")
 
 
 def validate(cfg: Config) -> Config:
@@ -132,14 +134,12 @@ def validate(cfg: Config) -> Config:
     m, lay, tr = cfg.model, cfg.layout, cfg.training
     if m.arch not in ARCHS:
         raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {m.arch!r}")
-    for name in ("layers", "hidden", "heads", "vocab", "seq", "ffn"):
-        _positive(name, getattr(m, name))
+    _positive(m, ("layers", "hidden", "heads", "vocab", "seq", "ffn"))
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError("dropout", f"must lie in [0, 1), got {m.dropout!r}")
     if m.hidden % m.heads:
         raise ConfigError("heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})")
-    for name in ("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"):
-        _positive(name, getattr(lay, name))
+    _positive(lay, ("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"))
     if lay.schedule not in SCHEDULES:
         raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {lay.schedule!r}")
     if lay.recompute not in RECOMPUTE:
@@ -182,7 +182,8 @@ def validate(cfg: Config) -> Config:
 
 def global_batch_to_microbatches(global_batch: int, micro_batch: int, dp: int) -> int:
     """m = B / (b · dp); the rule: b · dp must divide B."""
-    _positive("global_batch", global_batch)
+    if type(global_batch) is not int or global_batch < 1:
+        raise ConfigError("global_batch", f"must be a positive integer, got {global_batch!r}")
     if global_batch % (micro_batch * dp):
         raise ConfigError("global_batch", f"must be divisible by micro_batch·dp ({micro_batch}·{dp}), got {global_batch}")
     return global_batch // (micro_batch * dp)
