@@ -59,7 +59,8 @@ $(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapt
 	inputs=$$( { echo $(SCALE); cat $$(find data/fresh/$(SCALE) data/reference lib -type f \( -name '*.csv' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
 	jupyter-book build . --path-output $(BOOK_OUT) -nW --keep-going $$all; \
-	echo "$$inputs" > $$stamp
+	echo "$$inputs" > $$stamp; \
+	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
 test: $(INSTALLED)  ## pytest, then the smoke build of the book
 	$(BIN)/pytest -q
