@@ -8,6 +8,7 @@ the inner pipeline stages), so the loop can form the global mean loss exactly.
 from __future__ import annotations
 
 import abc
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +16,7 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
 from ..config import Config, Training
+from ..model import lm_loss
 
 
 @dataclass(frozen=True)
@@ -151,3 +153,19 @@ def split_rows(x: torch.Tensor, index: int, parts: int) -> torch.Tensor:
     """Rows of ``x`` that replica ``index`` of ``parts`` trains on (contiguous, equal)."""
     n = x.shape[0] // parts
     return x[index * n:(index + 1) * n]
+
+
+def accumulated_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+                     targets: torch.Tensor, microbatches: int, sync=lambda last: nullcontext()) -> float:
+    """One optimizer step over ``microbatches`` equal microbatches, each loss divided by m (the same
+    update as one pass over the whole batch); ``sync(last)`` wraps each backward, so that a data-parallel
+    wrapper reduces gradients only after the last. Returns the mean loss."""
+    optimizer.zero_grad()
+    total = torch.zeros((), device=inputs.device)
+    for i, (x, y) in enumerate(zip(inputs.chunk(microbatches), targets.chunk(microbatches))):
+        with sync(i == microbatches - 1):
+            loss = lm_loss(model(x), y) / microbatches
+            loss.backward()
+        total += loss.detach()
+    optimizer.step()
+    return total.item()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from ..config import Config
-from ..model import build_model, lm_loss, set_recompute
-from .common import RunOptions, Trainer, make_optimizer
+from ..model import build_model, set_recompute
+from .common import RunOptions, Trainer, accumulated_step, make_optimizer
 
 
 class SingleDeviceTrainer(Trainer):
@@ -24,15 +24,7 @@ class SingleDeviceTrainer(Trainer):
         self.remember_parameters()
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
-        m = self.cfg.layout.microbatches
-        self.optimizer.zero_grad()
-        total = torch.zeros((), device=self.device)
-        for x, y in zip(inputs.chunk(m), targets.chunk(m)):
-            loss = lm_loss(self.model(x), y) / m
-            loss.backward()
-            total += loss.detach()
-        self.optimizer.step()
-        return total.item()
+        return accumulated_step(self.model, self.optimizer, inputs, targets, self.cfg.layout.microbatches)
 
     def model_parts(self):
         return [self.model]

@@ -9,8 +9,8 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 
 from ..config import Config
-from ..model import build_model, lm_loss, set_recompute
-from .common import RunOptions, Trainer, split_rows
+from ..model import build_model, set_recompute
+from .common import RunOptions, Trainer, accumulated_step, split_rows
 from .data import apply_data_parallel, data_parallel_optimizer, gradient_sync, optimizer_state
 from .tensor import apply_tensor_parallel
 
@@ -33,16 +33,8 @@ class SPMDTrainer(Trainer):
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         lay = self.cfg.layout
         x, y = split_rows(inputs, self.dp_rank, lay.dp), split_rows(targets, self.dp_rank, lay.dp)
-        m = lay.microbatches
-        self.optimizer.zero_grad()
-        total = torch.zeros((), device=self.device)
-        for i, (xi, yi) in enumerate(zip(x.chunk(m), y.chunk(m))):
-            with gradient_sync(self.model, i == m - 1):
-                loss = lm_loss(self.model(xi), yi) / m
-                loss.backward()
-            total += loss.detach()
-        self.optimizer.step()
-        return total.item()
+        return accumulated_step(self.model, self.optimizer, x, y, lay.microbatches,
+                                sync=lambda last: gradient_sync(self.model, last))
 
     def model_parts(self):
         return [self.model]
