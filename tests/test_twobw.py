@@ -1,9 +1,9 @@
 """PipeDream-2BW: the schedule as data, and the runtime on real gloo process groups.
 
 The runtime runs once in a module fixture: 4 spawned ranks play several pipelines in turn (d = 1…4,
-m = d and m > d, SGD, SGD with momentum, Adam, a flush in the middle of training, and 2 replicas × 2
-stages). Each rank saves its newest weights and its action log; the tests compare them with a
-single-process simulation of W(t+1) = W(t) − ν·∇f(W(t−1)) and with the schedule generator.
+m = d and m > d, SGD, SGD with momentum, Adam, a flush in the middle of training, 2 replicas × 2 stages,
+full and selective activation recomputation). Each rank saves its newest weights and its action log; the
+tests compare them with a single-process simulation of W(t+1) = W(t) − ν·∇f(W(t−1)) and with the schedule generator.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from distperf.config import ConfigError, ModelSpec, uniform_partition
-from distperf.model import Block, init_weights
+from distperf.model import Block, init_weights, set_recompute
 from distperf.parallel import twobw_schedule as sched
 from distperf.parallel.twobw import TwoBWPipeline
 
@@ -144,7 +144,11 @@ ROUNDS = [
     [("d2_m3_flush", [[0, 1]], 3, 4, ("sgd", 0.5, 0.0), 2),
      ("d2_m2_adam", [[2, 3]], 2, 4, ("adam", 0.02, 0.0), None)],
     [("dp2_d2_m2_sgd", [[0, 1], [2, 3]], 2, 3, ("sgd", 0.5, 0.0), None)],
+    [("d2_m3_full_recompute_adam", [[0, 1]], 3, 4, ("adam", 0.02, 0.0), None),
+     ("d2_m2_selective_recompute_sgd", [[2, 3]], 2, 4, ("sgd", 0.5, 0.0), None)],
 ]
+# activation recomputation: the recomputed forward must use the version the microbatch's forward used
+RECOMPUTE = {"d2_m3_full_recompute_adam": "full", "d2_m2_selective_recompute_sgd": "selective"}
 SCENARIOS = {s[0]: s for round_ in ROUNDS for s in round_}
 
 
@@ -174,6 +178,7 @@ def _runtime_worker(rank, world, store, out_dir):
 
 def _run_scenario(rank, out_dir, name, d, stage, replica, group, dp_group, m, batches, opt_spec, flush_after):
     module = build_stages(d)[stage]
+    set_recompute(module, RECOMPUTE.get(name, "none"))
     pipe = TwoBWPipeline(module, stage, d, group, m, loss_fn, optimizer_factory(opt_spec), dp_group=dp_group)
     ids, targets = make_data(batches, m * MICRO_BATCH, seed=replica)
     hook_calls = []

@@ -51,9 +51,6 @@ def check_pipeline(cfg: Config) -> None:
     if lay.schedule == "2bw":
         if lay.zero:
             raise ConfigError("zero", "2bw keeps its own two weight versions per stage; it needs zero 0")
-        if lay.recompute != "none":
-            raise ConfigError("recompute", "2bw runs stages through torch.func.functional_call, which activation "
-                                           "checkpointing would recompute with the wrong weight version; use none")
 
 
 class _Stage(PipelineStage):

@@ -15,7 +15,8 @@ momentum see the same 1-stale gradient. The optimizer's parameters are moved to 
 gradient and one optimizer state.
 
 Stage modules run through ``torch.func.functional_call`` with the buffer's tensors; module buffers
-(not parameters) are shared by both versions. The first stage receives token ids and sends its
+(not parameters) are shared by both versions; the backward runs with the module's weights pointed at
+the same version, so that activation recomputation reruns the forward the microbatch saw. The first stage receives token ids and sends its
 output; later stages receive a float activation (shape and dtype announced once, by the first
 message on each link) and the last stage returns the loss. Every wait is bounded by the process
 group's timeout (or ``timeout``), so a dead or hanging peer raises instead of blocking.
@@ -34,6 +35,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 from torch.func import functional_call
+from torch.nn.utils.stateless import _reparametrize_module
 
 from ..config import ConfigError
 from . import twobw_schedule as sched
@@ -192,12 +194,15 @@ class TwoBWPipeline:
         if mb != k:
             raise RuntimeError(f"2BW stage {self.stage_index}: backward of microbatch {k} "
                                f"but {mb} is the oldest in flight")
-        if self.is_last:
-            out.backward()
-        else:
+        grad = None
+        if not self.is_last:
             grad = torch.empty(out.shape, dtype=out.dtype, device=out.device)
             self._wait(dist.irecv(grad, group=self.group, group_src=self.stage_index + 1),
                        f"receiving the gradient of microbatch {k} from stage {self.stage_index + 1}")
+        # Activation checkpointing reruns a layer's forward inside this backward and reads the weights
+        # from the module's attributes: point them at the version the forward used (what functional_call
+        # did during the forward; torch has no public context manager for it).
+        with _reparametrize_module(self.stage, self._buffers[buffer]):
             out.backward(grad)
         if not self.is_first:
             self._isend(x.grad.contiguous(), self.stage_index - 1)
