@@ -32,6 +32,7 @@ from .data import SOURCES
 
 DEVICES = ("auto", "cpu", "cuda")
 PARTITION_POLICIES = ("uniform", "params", "time")
+MESH_ORDERS = ("pp,dp,tp", "dp,pp,tp")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,6 +48,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, default=1, help="first steps left out of the timing statistics (default 1)")
     g.add_argument("--timeout", type=float, default=900.0,
                    help="seconds: a collective that waits longer fails, and run stops the whole launch (default 900)")
+    g.add_argument("--mesh-order", default="pp,dp,tp", choices=MESH_ORDERS,
+                   help="how consecutive ranks (one node's) fill the mesh, slowest-varying dimension first: "
+                        "pp,dp,tp keeps a stage's replicas together, dp,pp,tp a replica's pipeline "
+                        "(default pp,dp,tp; distperf.parallel.mesh)")
     g.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
                    help="after the timed steps, measure memory by category and communication by kind on 3 more "
                         "optimizer steps (distperf.measure.steps) (default on)")
@@ -66,7 +71,8 @@ def options_from_args(a: argparse.Namespace):
     if not a.timeout > 0:
         raise ConfigError("timeout", f"must be positive, got {a.timeout}")
     return RunOptions(steps=a.steps, seed=a.seed, lr=a.lr, bucket_mb=a.bucket_mb, data=a.data, device=a.device,
-                      warmup=min(a.warmup, a.steps - 1), timeout_s=a.timeout, measure=a.measure)
+                      warmup=min(a.warmup, a.steps - 1), timeout_s=a.timeout, measure=a.measure,
+                      mesh_order=a.mesh_order)
 
 
 def config_and_policy(a: argparse.Namespace) -> tuple[Config, str | None]:

@@ -16,6 +16,11 @@ timed ones measure ``memory_bytes`` (peak bytes by category of the most loaded r
 ``sent_bytes``, ``time_s``, ``exposed_s`` by kind; :mod:`distperf.measure.steps`, ``measured_steps``).
 Then, in this process, ``prediction`` (the cost model on this machine's hardware profile, ``--hardware``)
 and ``error`` (signed relative errors; :mod:`distperf.measure.compare`).
+
+With ``--network nodes=N,ranks_per_node=R,inter=RATE`` (or ``--network-like PRESET``) the ranks run as
+the hosts of an emulated cluster (:mod:`distperf.emulation`): one torchrun per node inside its network
+namespace, nodes joined by links shaped to RATE; the result then has ``network`` (the spec, and the
+derivation of ``--network-like``). Without root the run ends with one line and status 2.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import time
 import uuid
 
 from ..cli_args import add_config_arguments
+from ..emulation.options import add_network_arguments, network_from_args
 from ..processes import tagged_processes
 from ..train import add_run_arguments, check_run, config_and_policy, config_to_json, options_from_args
 
@@ -49,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "python -m distperf calibrate at the ranks' thread count, else a quick calibration now), "
                         "a preset, a profile file, or none (default auto)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_network_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -64,19 +71,28 @@ def main(args: argparse.Namespace) -> int:
         from ..parallel.partition import resolve
 
         cfg = resolve(cfg, "time", _timing_device(opts.device))
+    from ..emulation.like import flops_here
+    from ..emulation.topology import NotPrivileged, SetupError
     from ..parallel.loop import needs_distributed
 
+    world = cfg.layout.world_size
+    network, network_info = network_from_args(args, world, lambda: flops_here(args.hardware, _threads(world)))
     try:
-        if needs_distributed(cfg):
-            result = launch({"config": config_to_json(cfg), "options": asdict(opts)}, cfg.layout.world_size,
-                            opts.timeout_s, opts.device)
+        if needs_distributed(cfg) or network:
+            result = launch({"config": config_to_json(cfg), "options": asdict(opts)}, world,
+                            opts.timeout_s, opts.device, network=network)
         else:
             from ..parallel.loop import run_training
 
             result = run_training(cfg, opts)
-    except LaunchError as e:
+    except NotPrivileged as e:
+        print(f"distperf run: error: network: {e}", file=sys.stderr)
+        return 2
+    except (LaunchError, SetupError) as e:
         print(f"distperf run: error: {e}", file=sys.stderr)
         return 1
+    if network:
+        result["network"] = network_info
     attach(cfg, result, args.hardware)
     print(json.dumps(result, indent=1) if args.json else summary(result))
     return 0
@@ -90,37 +106,76 @@ def _timing_device(device: str) -> str:
     return device
 
 
-def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", env: dict | None = None) -> dict:
-    """Run :mod:`distperf.train` on ``world_size`` local ranks under ``torch.distributed.run``; return
-    rank 0's result. Raises LaunchError on a failure or after ``timeout_s``; leaves no process behind."""
+def _threads(world_size: int) -> int:
+    """OMP threads of each CPU rank: the cores shared out (at least one)."""
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
+def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", env: dict | None = None,
+           network=None) -> dict:
+    """Run :mod:`distperf.train` on ``world_size`` local ranks under ``torch.distributed.run`` (one per
+    emulated node with ``network``, a :class:`~distperf.emulation.spec.NetworkSpec`); return rank 0's
+    result. Raises LaunchError on a failure or after ``timeout_s``; leaves no process behind (and no
+    namespace: :func:`distperf.emulation.topology.emulated`)."""
+    from contextlib import nullcontext
+
+    from ..emulation.launch import torchrun_commands
+    from ..emulation.topology import emulated
+
     with tempfile.TemporaryDirectory(prefix="distperf-run-") as tmp:
-        spec_path, out_path, log_path = (os.path.join(tmp, n) for n in ("spec.json", "result.json", "launch.log"))
+        spec_path, out_path = (os.path.join(tmp, n) for n in ("spec.json", "result.json"))
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         tag = uuid.uuid4().hex
         child_env = {**os.environ, **(env or {}), TAG: tag}
         if device != "cuda" and "OMP_NUM_THREADS" not in os.environ:
-            child_env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world_size))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-               "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.1",
-               "-m", "distperf.train", "--spec", spec_path, "--out", out_path]
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                code = None
-            finally:
-                _stop(proc, tag)
+            child_env["OMP_NUM_THREADS"] = str(_threads(world_size))
+        program = ["-m", "distperf.train", "--spec", spec_path, "--out", out_path]
+        with emulated(network) if network else nullcontext() as topo:
+            if topo is None:
+                cmds = [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                         "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.1",
+                         *program]]
+            else:
+                cmds = torchrun_commands(topo, program)
+                child_env.update(topo.env())
+            code, logs = run_launchers(cmds, child_env, tmp, tag, timeout_s)
         errors = _rank_errors(out_path, world_size)
         if code is None:
             raise LaunchError(f"the run did not finish within --timeout {timeout_s:g} s; all {world_size} ranks "
                               f"were stopped" + (f" ({errors})" if errors else ""))
         if code != 0 or not os.path.exists(out_path):
-            detail = "; ".join(d for d in (_root_cause(log_path), errors) if d) or _log_tail(log_path)
+            detail = "; ".join(d for d in (*(_root_cause(log) for log in logs), errors) if d) \
+                or " | ".join(_log_tail(log) for log in logs)
             raise LaunchError(f"the launch failed (torch.distributed.run exit status {code}): {detail}")
         with open(out_path) as f:
             return json.load(f)
+
+
+def run_launchers(cmds: list[list[str]], env: dict, log_dir: str, tag: str, timeout_s: float) -> tuple[int | None, list[str]]:
+    """Start one launcher per argv (each in a session of its own, output to ``log_dir/launch<k>.log``)
+    and wait until all end, one fails, or ``timeout_s`` passes; then stop them all (:func:`_stop`).
+    Returns (the first non-zero exit status, 0 if all succeeded, None at the timeout; the logs)."""
+    logs = [os.path.join(log_dir, f"launch{k}.log") for k in range(len(cmds))]
+    procs: list[subprocess.Popen] = []
+    try:
+        for cmd, log_path in zip(cmds, logs):
+            with open(log_path, "w") as log:
+                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                              start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed:
+                return failed[0], logs
+            if all(c == 0 for c in codes):
+                return 0, logs
+            if time.monotonic() > deadline:
+                return None, logs
+            time.sleep(0.02)
+    finally:
+        _stop(procs, tag)
 
 
 def _tagged_processes(tag: str) -> list[int]:
@@ -128,25 +183,27 @@ def _tagged_processes(tag: str) -> list[int]:
     return tagged_processes(TAG, tag)
 
 
-def _stop(proc: subprocess.Popen, tag: str) -> None:
-    """Stop the launcher and all ranks: SIGTERM to the launcher (it stops its workers), then SIGKILL
+def _stop(procs: list[subprocess.Popen], tag: str) -> None:
+    """Stop the launchers and all ranks: SIGTERM to each launcher (it stops its workers), then SIGKILL
     to whatever carries the tag after a grace period."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
     deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline and (proc.poll() is None or _tagged_processes(tag)):
+    while time.monotonic() < deadline and (any(p.poll() is None for p in procs) or _tagged_processes(tag)):
         time.sleep(0.05)
     for pid in _tagged_processes(tag):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
     deadline = time.monotonic() + 5.0
     while _tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -32,6 +32,7 @@ class RunOptions:
     warmup: int = 1  # steps left out of the timing statistics
     timeout_s: float = 300.0
     measure: bool = False  # memory and communication steps after the timed ones (distperf.measure.steps)
+    mesh_order: str = "pp,dp,tp"  # placement of ranks on the mesh, slowest-varying first (parallel.mesh)
 
 
 def optimizer_class(training: Training):

@@ -40,7 +40,7 @@ def build_trainer(cfg: Config, opts: RunOptions, device: torch.device) -> Traine
     if not needs_distributed(cfg):
         from .single import SingleDeviceTrainer
         return SingleDeviceTrainer(cfg, opts, device)
-    mesh = build_mesh(cfg.layout, device)
+    mesh = build_mesh(cfg.layout, device, opts.mesh_order)
     if cfg.layout.pp > 1:
         from .pipeline import PipelineTrainer
         return PipelineTrainer(cfg, opts, mesh, device)

@@ -53,13 +53,24 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> torch.de
     return dev
 
 
-def build_mesh(layout: Layout, device: torch.device) -> DeviceMesh:
-    """The ``("pp", "dp", "tp")`` mesh of this layout; its size must be the world size."""
+def build_mesh(layout: Layout, device: torch.device, order: str = "pp,dp,tp") -> DeviceMesh:
+    """The ``("pp", "dp", "tp")`` mesh of this layout; its size must be the world size.
+
+    ``order`` says how consecutive global ranks fill it, slowest-varying dimension first: ``pp,dp,tp``
+    (the default: rank = (p·dp + d)·tp + t, a stage's replicas on neighbouring ranks) or ``dp,pp,tp``
+    (rank = (d·pp + p)·tp + t, a replica's whole pipeline on neighbouring ranks). With an emulated
+    cluster (:mod:`distperf.emulation`), neighbouring ranks share a node. Either way the mesh keeps its
+    dimensions (pp, dp, tp) by name and position, so the trainers do not see the order."""
     shape = (layout.pp, layout.dp, layout.tp)
     if dist.get_world_size() != layout.world_size:
         raise ConfigError("world_size", f"the layout needs {layout.world_size} ranks (pp·dp·tp), the launcher "
                                         f"started {dist.get_world_size()}")
-    return init_device_mesh(device.type, shape, mesh_dim_names=DIMS)
+    if order == "pp,dp,tp":
+        return init_device_mesh(device.type, shape, mesh_dim_names=DIMS)
+    if order != "dp,pp,tp":
+        raise ConfigError("mesh_order", f"must be pp,dp,tp or dp,pp,tp, got {order!r}")
+    ranks = torch.arange(layout.world_size).reshape(layout.dp, layout.pp, layout.tp).permute(1, 0, 2)
+    return DeviceMesh(device.type, ranks.contiguous(), mesh_dim_names=DIMS)
 
 
 def coordinates(mesh: DeviceMesh) -> dict[str, int]:

@@ -1,0 +1,16 @@
+"""An emulated interconnect: the ranks of a run as hosts of a small cluster on shaped links.
+
+On one CPU machine communication is cheap next to compute; shaping the links between ranks restores a
+cluster's ratio of FLOP/s to network bandwidth. Each emulated node is a Linux network namespace; the nodes
+hang on one bridge (in a namespace of its own), each through a veth pair whose two ends are shaped with
+``tc``'s token bucket (``tbf``) at the inter-node rate; the ranks of one node talk over that namespace's
+loopback (optionally shaped at an intra-node rate).
+
+- :mod:`.spec`: ``--network nodes=N,ranks_per_node=R,inter=RATE[,intra=RATE]`` → :class:`~.spec.NetworkSpec`;
+- :mod:`.like`: ``--network-like PRESET``: the rate that gives this machine a target cluster's FLOP per byte;
+- :mod:`.topology`: set-up and teardown with ``ip`` and ``tc``, names and addresses;
+- :mod:`.guardian`: the process that tears a run's namespaces down when the run ends, however it ends;
+- :mod:`.launch`: one ``torchrun`` per emulated node, inside its namespace.
+
+It needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); without it, :class:`~.topology.NotPrivileged`.
+"""
