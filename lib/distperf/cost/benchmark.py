@@ -1,4 +1,5 @@
-"""How fast the cost model is: ``python -m distperf.cost.benchmark [--count N]``.
+"""How fast the cost model is: ``python -m distperf.cost.benchmark [--count N]``, and how fast the
+planner is: ``python -m distperf.cost.benchmark --planner`` (2240-layer GPT on 1024 V100s, cold caches).
 
 Builds a grid of valid configurations (models from the presets × dp × tp × pp × schedule × microbatches
 × ZeRO stage × recomputation × precision), then times :func:`distperf.cost.predict` over the first N of
@@ -50,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shuffle", action="store_true",
                         help="evaluate in a random order (seeded), so that consecutive configurations share less "
                              "of what the cost model caches")
+    parser.add_argument("--planner", action="store_true",
+                        help="time the planner instead: 2bw-gpt-28.3b (2240 layers) on 1024 V100-16GB, 8 per node, "
+                             "25 Gbit/s per node, global batch 2048, from cold caches (best and median of 5)")
     args = parser.parse_args(argv)
+    if args.planner:
+        return planner_benchmark()
     configs = grid(args.count)
     if args.shuffle:
         random.Random(0).shuffle(configs)
@@ -62,6 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     n = len(configs)
     print(f"{n:,} configurations: {n / cpu:,.0f} per CPU second ({cpu:.2f} s), "
           f"{n / wall:,.0f} per wall-clock second ({wall:.2f} s)")
+    return 0
+
+
+def planner_benchmark(repeats: int = 5) -> int:
+    from ..plan import candidates, plan
+    from .predict import clear_caches
+
+    model = MODELS["2bw-gpt-28.3b"]
+    times = []
+    for _ in range(repeats):
+        clear_caches()
+        start = time.perf_counter()
+        result = plan(model, 1024, PRESETS["V100-16GB"], 2048, gpus_per_node=8, node_bandwidth=25e9 / 8)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    print(f"planner: {model.name} ({model.layers} layers) on 1024 devices, {len(candidates(model, 1024))} candidates "
+          f"({len(result['plans'])} fit): best {times[0]:.3f} s, median {times[len(times) // 2]:.3f} s wall-clock")
     return 0
 
 
