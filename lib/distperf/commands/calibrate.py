@@ -5,6 +5,12 @@ times of the model presets in use, and the latency and bandwidth of all-reduce, 
 reduce-scatter and send/recv on 2…N ranks (:mod:`distperf.measure.calibrate`). Writes the profile
 (``--out``, default ``data/fresh/<scale>/hardware.json``), which ``predict --hardware FILE`` reads, and
 next to it ``<name>.calibration.json`` with every measurement. ``--quick`` takes well under a minute.
+
+With ``--network nodes=N,ranks_per_node=R,inter=RATE`` (or ``--network-like PRESET``) it also measures
+all-reduce and send/recv across (and inside) the nodes of an emulated cluster
+(:mod:`distperf.measure.link_bench`): the profile's ``inter_*`` (and with R > 1 ``intra_*``) come from
+those links, ``devices_per_node`` = R, and the sidecar's ``network`` holds the fits and a table of
+measured bandwidth against the set rate. Without root: one line and status 2, before measuring anything.
 """
 from __future__ import annotations
 
@@ -26,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="threads of the compute timings (default torch's)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="what to calibrate (default cpu)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the collective benchmark may take")
+    from ..emulation.options import add_network_arguments
+
+    add_network_arguments(p)
 
 
 def _ints(name: str, text: str) -> tuple[int, ...]:
@@ -65,6 +74,18 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError("scale", str(e).split(": ", 1)[-1]) from None
     out = Path(args.out) if args.out else fresh_dir(scale) / "hardware.json"
+    from ..emulation.like import flops_here
+    from ..emulation.options import network_from_args
+    from ..commands.run import LaunchError
+    from ..emulation.topology import NotPrivileged, SetupError, check_privileges
+
+    network, network_info = network_from_args(args, None, lambda: flops_here(None, args.threads))
+    if network:
+        try:
+            check_privileges()
+        except NotPrivileged as e:
+            print(f"distperf calibrate: error: network: {e}", file=sys.stderr)
+            return 2
 
     from ..measure.calibrate import calibrate, write
 
@@ -72,13 +93,31 @@ def main(args: argparse.Namespace) -> int:
     try:
         hw, sidecar = calibrate(quick=args.quick, models=models, micro_batches=micro_batches, ranks=args.ranks,
                                 threads=args.threads, device=args.device, timeout=args.timeout, log=log)
-    except TimeoutError as e:
+        if network:
+            hw, sidecar["network"] = _links(hw, network, network_info, args, log)
+    except NotPrivileged as e:
+        print(f"distperf calibrate: error: network: {e}", file=sys.stderr)
+        return 2
+    except (TimeoutError, LaunchError, SetupError) as e:
         print(f"distperf calibrate: error: {e}", file=sys.stderr)
         return 1
     side = write(hw, sidecar, out)
     print(summary(hw, sidecar))
     print(f"profile: {out}\nmeasurements: {side}")
     return 0
+
+
+def _links(hw, network, info: dict, args, log):
+    """Measure the emulated links; return the profile with them and the sidecar's ``network``."""
+    from ..measure.calibrate import MESSAGE_BYTES_FULL, MESSAGE_BYTES_QUICK
+    from ..measure.link_bench import apply, measure, summarize
+
+    sizes = MESSAGE_BYTES_QUICK + (4 << 20,) if args.quick else MESSAGE_BYTES_FULL
+    log(f"emulated links: {network.text()}")
+    rows = measure(network, sizes, reps=5 if args.quick else 10, timeout=args.timeout)
+    found = summarize(rows, network)
+    node = found["fits"]["inter"]["all-reduce"]["beta"]
+    return apply(hw, found, network), {**info, "node_bandwidth": node, **found}
 
 
 def summary(hw, sidecar: dict) -> str:
@@ -96,4 +135,9 @@ def summary(hw, sidecar: dict) -> str:
         for n, f in fit["ranks"].items():
             lines.append(f"  {coll} {n} ranks: alpha {f['alpha'] * 1e6:.1f} µs, beta {g(f['beta'])}B/s "
                          f"(rms rel. error {f['rms_relative_error']:.2f})")
+    for r in sidecar.get("network", {}).get("table", []):
+        if r["bytes"] >= 2**20:
+            lines.append(f"  emulated {r['scope']} {r['collective']} {r['ranks']} ranks, {r['bytes'] / 2**20:g} MiB: "
+                         f"{r['bandwidth_bit_per_s'] / 1e6:,.1f} Mbit/s"
+                         + (f" = {r['ratio']:.3f} of the set {r['set_bit_per_s'] / 1e6:,.1f} Mbit/s" if r["ratio"] else ""))
     return "\n".join(lines)

@@ -40,7 +40,8 @@ PREFIX = "distperf-"
 IFNAME = "link0"  # each node's interface (GLOO_SOCKET_IFNAME)
 BRIDGE = "br0"
 SUBNET = "198.18.0"  # /24 inside 198.18.0.0/15
-MTU_FRAME = 1514  # bytes on the wire of a full 1500-byte-MTU Ethernet frame
+MTU = 9000  # jumbo frames, as data-centre networks use them
+MTU_FRAME = MTU + 14  # bytes on the wire of a full Ethernet frame
 UNPRIVILEGED_HOOK = "DISTPERF_NETWORK_UNPRIVILEGED"
 _NAME = re.compile(rf"^{PREFIX}(\d+)-([0-9a-f]+)-(switch|node\d+)$")
 _PATH = "/usr/sbin:/sbin:/usr/bin:/bin"
@@ -144,7 +145,8 @@ def create(topo: Topology) -> None:
     for k in range(spec.nodes):
         ns, peer = topo.node(k), f"n{k}"
         _ip(IP, "netns", "add", ns)
-        _ip(IP, "-n", ns, "link", "add", IFNAME, "type", "veth", "peer", "name", peer, "netns", sw)
+        _ip(IP, "-n", ns, "link", "add", IFNAME, "mtu", str(MTU), "type", "veth", "peer", "name", peer,
+            "mtu", str(MTU), "netns", sw)
         _ip(IP, "-n", sw, "link", "set", peer, "master", BRIDGE)
         _ip(IP, "-n", sw, "link", "set", peer, "up")
         _ip(IP, "-n", ns, "addr", "add", f"{topo.address(k)}/24", "dev", IFNAME)

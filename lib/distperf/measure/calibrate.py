@@ -153,10 +153,54 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bench_rank(rank: int, world: int, port: int, sizes, reps: int, backend: str, out: str) -> None:
-    """One rank of the collective benchmark (spawned); rank 0 writes the rows to ``out``."""
+def time_collective(collective: str, group, peers: tuple[int, int], nbytes: int, reps: int,
+                    device: torch.device) -> tuple[int, float | None]:
+    """(bytes, this rank's median seconds) of one collective on ``group`` (every member calls it; a
+    non-member gets None). ``send`` is a ping-pong between ``peers`` (global ranks; half a round trip,
+    the other members idle). Each repetition starts after a barrier; the first two are warm-up."""
     import statistics
 
+    import torch.distributed as dist
+
+    n, rank = dist.get_world_size(group), dist.get_rank()
+    numel = max(n, (nbytes // 4) // n * n)  # divisible among the ranks
+    buf = torch.ones(numel, device=device)
+    part = torch.ones(numel // n, device=device)
+    times = []
+    for i in range(reps + 2):
+        dist.barrier(group=group)
+        _sync(device)
+        t0 = time.perf_counter()
+        if collective == "all-reduce":
+            dist.all_reduce(buf, group=group)
+        elif collective == "all-gather":
+            dist.all_gather_single(buf, part, group=group)
+        elif collective == "reduce-scatter":
+            dist.reduce_scatter_single(part, buf, group=group)
+        elif rank == peers[0]:
+            dist.send(buf, peers[1])
+            dist.recv(buf, peers[1])
+        elif rank == peers[1]:
+            dist.recv(buf, peers[0])
+            dist.send(buf, peers[0])
+        _sync(device)
+        dt = time.perf_counter() - t0
+        if i >= 2:
+            times.append(dt / 2 if collective == "send" else dt)
+    return numel * 4, statistics.median(times)
+
+
+def slowest(seconds: float | None, device: torch.device) -> float:
+    """The largest of every rank's ``seconds`` (None counts as 0); a collective over the world."""
+    import torch.distributed as dist
+
+    value = torch.tensor([seconds or 0.0], dtype=torch.float64, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value.item())
+
+
+def _bench_rank(rank: int, world: int, port: int, sizes, reps: int, backend: str, out: str) -> None:
+    """One rank of the collective benchmark (spawned); rank 0 writes the rows to ``out``."""
     import torch.distributed as dist
 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
@@ -172,37 +216,11 @@ def _bench_rank(rank: int, world: int, port: int, sizes, reps: int, backend: str
             if collective == "send" and n != 2:
                 continue
             for nbytes in sizes:
-                times = []
-                if rank < n:
-                    numel = max(n, (nbytes // 4) // n * n)  # divisible among the ranks
-                    buf = torch.ones(numel, device=device)
-                    part = torch.ones(numel // n, device=device)
-                    for i in range(reps + 2):
-                        dist.barrier(group=group)
-                        _sync(device)
-                        t0 = time.perf_counter()
-                        if collective == "all-reduce":
-                            dist.all_reduce(buf, group=group)
-                        elif collective == "all-gather":
-                            dist.all_gather_single(buf, part, group=group)
-                        elif collective == "reduce-scatter":
-                            dist.reduce_scatter_single(part, buf, group=group)
-                        elif rank == 0:  # ping-pong: half a round trip
-                            dist.send(buf, 1, group=group)
-                            dist.recv(buf, 1, group=group)
-                        elif rank == 1:
-                            dist.recv(buf, 0, group=group)
-                            dist.send(buf, 0, group=group)
-                        _sync(device)
-                        dt = time.perf_counter() - t0
-                        if i >= 2:
-                            times.append(dt / 2 if collective == "send" else dt)
-                median = statistics.median(times) if times else 0.0
-                slowest = torch.tensor([median], dtype=torch.float64, device=device)
-                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                size, median = time_collective(collective, group, (0, 1), nbytes, reps, device) \
+                    if rank < n else (nbytes, None)
+                seconds = slowest(median, device)
                 if rank == 0:
-                    rows.append({"collective": collective, "ranks": n, "bytes": numel * 4 if rank < n else nbytes,
-                                 "seconds": float(slowest.item())})
+                    rows.append({"collective": collective, "ranks": n, "bytes": size, "seconds": seconds})
     dist.barrier()
     if rank == 0:
         with open(out, "w") as f:
