@@ -19,13 +19,16 @@ EXECUTED := _build/executed/$(SCALE)-$(DEVICE)
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 RUNS := $(patsubst notebooks/%.ipynb,$(EXECUTED)/%.ipynb,$(NOTEBOOKS))
 # What an experiment's measurements depend on: the library, except the cost model and the plots,
-# which only the chapters read.
-MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/plots.py,$(shell find lib -name '*.py'))
+# book helpers, which only the chapters read.
+MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/plots.py lib/distperf/book.py,$(shell find lib -name '*.py'))
 INSTALLED := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export DISTPERF_SCALE := $(SCALE)
+# Chapters write each figure as SVG and PNG (tables as CSV) here; the build publishes them as figures/.
+FIGURES := $(BOOK_OUT)/_build/figures
+export DISTPERF_FIGURES := $(abspath $(FIGURES))
 
-.PHONY: book data test venv clean
+.PHONY: book data test venv clean chromium browser-check gpu-reference
 .DELETE_ON_ERROR:
 
 book: $(HTML)/index.html  ## measure (papermill) and build the HTML book
@@ -54,17 +57,36 @@ $(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
 # Chapters execute through jupyter-cache: unchanged code is not re-executed. What their code reads (the
 # fresh and reference results and the library) is hashed too: a change of it clears that cache and
 # rebuilds every page (Sphinx alone re-reads only the pages whose source changed).
-$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapters/*) | $(INSTALLED)
+$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapters/* _ext/*.py) | $(INSTALLED)
 	stamp=$(BOOK_OUT)/_build/.inputs; \
 	inputs=$$( { echo $(SCALE); cat $$(find data/fresh/$(SCALE) data/reference lib -type f \( -name '*.csv' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
-	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
+	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
 	jupyter-book build . --path-output $(BOOK_OUT) -nW --keep-going $$all; \
 	echo "$$inputs" > $$stamp; \
+	mkdir -p $(HTML)/figures $(HTML)/notebooks/chapters; \
+	cp $(FIGURES)/* $(HTML)/figures/; \
+	cp $(RUNS) $(HTML)/notebooks/; \
+	cp $(BOOK_OUT)/_build/jupyter_execute/chapters/*.ipynb $(HTML)/notebooks/chapters/; \
 	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
-test: $(INSTALLED)  ## pytest, then the smoke build of the book
+test: $(INSTALLED) chromium  ## pytest, then the smoke build of the book and its check in a browser
 	$(BIN)/pytest -q
 	$(MAKE) book SCALE=smoke
+	$(MAKE) browser-check SCALE=smoke
+
+chromium:  ## headless Chromium and its driver for the browser check (Debian packages)
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
+
+# Every page of the built book in headless Chromium: images, internal links, JavaScript errors, search;
+# screenshots of the landing page and one chapter (light and dark) go to _build/artifacts/screenshots.
+browser-check: $(HTML)/index.html chromium | $(INSTALLED)
+	DISTPERF_BOOK_HTML=$(abspath $(HTML)) $(BIN)/pytest -q tests/test_browser.py
+
+# On a machine with a CUDA device: measure what the GPU adds (at most ~9 minutes) and write commit-ready
+# reference data to data/reference/<gpu>/ (scripts/gpu_reference.py says what and why).
+gpu-reference: | $(INSTALLED)
+	$(BIN)/python scripts/gpu_reference.py
 
 clean:  ## remove build outputs and fresh results (not the virtual environment)
 	rm -rf _build data/fresh

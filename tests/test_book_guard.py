@@ -16,6 +16,7 @@ FLAGS = ["-nW", "--keep-going"]
 def build(tmp_path: Path, page: str) -> subprocess.CompletedProcess:
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
     shutil.copy(ROOT / "references.bib", tmp_path / "references.bib")
+    shutil.copytree(ROOT / "_ext", tmp_path / "_ext")  # the local Sphinx extension _config.yml names
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: index\n")
     (tmp_path / "index.md").write_text(page)
     return subprocess.run([str(JB), "build", str(tmp_path), *FLAGS], capture_output=True, text=True, timeout=300)
