@@ -37,12 +37,15 @@ def measured_vs_predicted(frame, x: str, measured: str, predicted: str, hue: str
 
 
 def category_bars(frame, label: str, category: str, measured: str, predicted: str, ylabel: str = "",
-                  scale: float = 1.0):
-    """One panel per ``category``: measured values as bars over the ``label`` levels, predictions as black marks."""
+                  scale: float = 1.0, fig=None):
+    """One panel per ``category``: measured values as bars over the ``label`` levels, predictions as black marks;
+    drawn into ``fig`` (a figure or sub-figure, see :func:`per_machine`) when given."""
     import numpy as np
 
     cats = list(dict.fromkeys(frame[category]))
-    fig, axes = plt.subplots(1, len(cats), figsize=(3.1 * len(cats), 3.6), squeeze=False)
+    own = fig is None
+    fig = plt.figure(figsize=(3.1 * len(cats), 3.6)) if own else fig
+    axes = fig.subplots(1, len(cats), squeeze=False)
     for ax, cat in zip(axes[0], cats):
         part = frame[frame[category] == cat]
         x = np.arange(len(part))
@@ -51,7 +54,25 @@ def category_bars(frame, label: str, category: str, measured: str, predicted: st
         ax.set_xticks(x, part[label], rotation=45, ha="right", fontsize="small")
         ax.set_title(str(cat), fontsize="medium")
     axes[0][0].set_ylabel(ylabel or measured)
-    fig.tight_layout()
+    if own:
+        fig.tight_layout()
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2,
                fontsize="small", frameon=False)
+    return fig
+
+
+def per_machine(frame, draw, size=(11.0, 3.8)):
+    """One row of panels per machine in ``frame`` (this build's first, then reference machines), each titled with
+    its device: ``draw(subfigure, rows)`` draws one machine's rows into a matplotlib sub-figure. With one machine
+    it is the plain figure of ``size``; results of a second machine (a GPU's reference data) appear below it."""
+    from .book import machines
+
+    names = machines(frame)
+    fig = plt.figure(figsize=(size[0], size[1] * len(names)), layout="constrained")
+    subs = fig.subfigures(len(names), 1, squeeze=False)[:, 0] if len(names) > 1 else [fig]
+    for sub, name in zip(subs, names):
+        rows = frame[frame["machine"] == name]
+        draw(sub, rows)
+        if len(names) > 1:
+            sub.suptitle(f"{rows['device_name'].iloc[0]} ({name})", fontsize="medium", fontweight="bold")
     return fig

@@ -1,0 +1,136 @@
+"""Measure what a GPU adds to the book, in one run of at most ten minutes, and commit-ready reference data.
+
+    python scripts/gpu_reference.py                  # on a machine with a CUDA device (`make gpu-reference`)
+    python scripts/gpu_reference.py --dry-run        # print the plan
+    python scripts/gpu_reference.py --device cpu --scale smoke --reference /tmp/ref   # the same steps, here
+
+Steps (each an experiment notebook run with papermill at ``--scale``, default gpu, on ``--device``, each with
+its own time limit, so that one slow step cannot eat the others'):
+
+1. ``calibration``: the device's matrix rates, layer and whole-model times and its collectives: its hardware
+   profile. Its collectives need two devices (``distperf calibrate`` refuses fewer), so with one GPU the step
+   is skipped and said so;
+2. ``layer_timing``: per-layer time against FLOPs, the cost model's compute error on this device;
+3. ``memory_anatomy``: single-device memory by category against the cost model.
+
+Multi-rank runs are left out: NCCL refuses two ranks on one GPU, and gloo would measure the host, not the GPU.
+
+Then every table the steps wrote (``data/fresh/<scale>/*.csv`` newer than the run's start) is published to
+``data/reference/<machine>/`` with this device's rows only — each row keeps its provenance (machine, device,
+torch, python, commit, date) and scale — together with the device's ``hardware.json``; the chapters show those
+rows beside the fresh ones. A step that fails or runs out of time is reported and publishes nothing of its own.
+Exit status: 0 when every step ran, 1 when some failed, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+from distperf import results  # noqa: E402
+from distperf.config import ConfigError  # noqa: E402
+
+# (notebook, seconds, devices it needs on CUDA): ~9 minutes in all, under the 10 a lent GPU gives one command
+STEPS = [("calibration", 240, 2), ("layer_timing", 150, 1), ("memory_anatomy", 150, 1)]
+
+
+def plan(scale: str, device: str) -> list[list[str]]:
+    out = ROOT / "_build" / "executed" / f"{scale}-{device}"
+    return [[sys.executable, "-m", "papermill", "--kernel", "python3", "--cwd", "notebooks", "-p", "scale", scale, "-p", "device", device,
+             f"notebooks/{name}.ipynb", str(out / f"{name}.ipynb")] for name, _, _ in STEPS]
+
+
+def run_step(cmd: list[str], limit_s: float) -> str | None:
+    """Run one step in its own process group; None when it succeeded, else why it did not."""
+    Path(cmd[-1]).parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+    try:
+        return None if proc.wait(timeout=limit_s) == 0 else f"exit status {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return f"ran past its {limit_s:.0f} s"
+
+
+def publish(fresh: Path, reference: Path, machine: str, since: float) -> list[Path]:
+    """Copy the tables written in ``fresh`` after ``since`` to ``reference/<machine>/``, keeping the rows of
+    ``machine``; every table must carry the provenance columns. ``hardware.json`` goes along when it is new."""
+    import pandas as pd
+
+    target = reference / machine
+    written = []
+    for path in sorted(fresh.glob("*.csv")):
+        if path.stat().st_mtime < since:
+            continue
+        table = pd.read_csv(path)
+        missing = [c for c in results.PROVENANCE_COLUMNS if c not in table.columns]
+        if missing:
+            raise ConfigError(f"{path.name}", f"a reference table carries its provenance; missing {missing}")
+        mine = table[table.machine == machine]
+        if len(mine):
+            written.append(results.write_csv_atomic(mine, target / path.name))
+    profile = fresh / "hardware.json"
+    if written and profile.exists() and profile.stat().st_mtime >= since:
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(profile, target / "hardware.json")
+        written.append(target / "hardware.json")
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--scale", default="gpu", choices=results.SCALES)
+    parser.add_argument("--reference", type=Path, default=results.DATA / "reference",
+                        help="where to publish (default data/reference)")
+    parser.add_argument("--dry-run", action="store_true", help="print the steps and exit")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        for (name, limit, need), cmd in zip(STEPS, plan(args.scale, args.device)):
+            print(f"[{limit:>3d} s, {need} device(s) on cuda] {' '.join(cmd)}")
+        return 0
+    try:
+        device = results.resolve_device(args.device)
+    except ValueError as err:
+        print(f"gpu_reference: {err}", file=sys.stderr)
+        return 2
+    import torch
+
+    machine = results.machine_slug(device)
+    start = time.time()
+    failed = []
+    devices = torch.cuda.device_count() if device == "cuda" else None
+    for (name, limit, need), cmd in zip(STEPS, plan(args.scale, device)):
+        if devices is not None and devices < need:
+            print(f"{name}: skipped, it needs {need} CUDA devices and {devices} is visible", flush=True)
+            continue
+        t0 = time.time()
+        why = run_step(cmd, limit)
+        print(f"{name}: {'ok' if why is None else 'FAILED, ' + why} ({time.time() - t0:.0f} s)", flush=True)
+        if why:
+            failed.append(name)
+    try:
+        written = publish(results.fresh_dir(args.scale), args.reference, machine, start)
+    except ConfigError as err:
+        print(f"gpu_reference: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"machine": machine, "failed": failed, "written": [str(p) for p in written],
+                      "seconds": round(time.time() - start)}, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
