@@ -5,8 +5,9 @@ process with a timeout, and becomes one row of ``data/fresh/<scale>/<experiment>
 with its status (ok, failed, timeout, oom), its message, its flattened JSON result and provenance
 (:mod:`distperf.runner.sweep`). Rows already ``ok`` with the same configuration hash are skipped
 unless ``--force``. Interrupting (Ctrl-C) keeps the rows done so far; run the same command again to
-go on. Exit status: 0 when every configuration is ok, 1 when some failed, 2 on bad input, 130 when
-interrupted.
+go on. With ``--network SPEC`` (or ``network:`` in the file) the runs use an emulated cluster
+(:mod:`distperf.emulation`); without root their rows are ``skipped``, with the reason. Exit status: 0
+when every configuration is ok or skipped, 1 when some failed, 2 on bad input, 130 when interrupted.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                  "or cpu)")
     p.add_argument("--list", action="store_true", help="print the configurations and whether each is done; run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--network", default=None, metavar="SPEC",
+                   help="run every configuration that sets no network of its own on an emulated cluster "
+                        "(run's --network; needs root, else the rows are written as skipped with the reason)")
 
 
 def _interrupt(signum, frame):
@@ -39,6 +43,10 @@ def main(args: argparse.Namespace) -> int:
     from ..runner.sweep import sweep
 
     exp = load(args.experiment)
+    if args.network:
+        from ..runner.grid import with_network
+
+        exp = with_network(exp, args.network)
     if args.timeout is not None and not args.timeout > 0:
         raise ConfigError("timeout", f"must be a positive number of seconds, got {args.timeout}")
     try:
@@ -60,9 +68,9 @@ def main(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    ran = {k: v for k, v in counts.items() if v and k != "skipped"}
+    ran = {k: v for k, v in counts.items() if v and k != "done"}
     summary = ", ".join(f"{v} {k}" for k, v in ran.items()) or "nothing to run"
-    print(f"{exp.name}: {summary}; {counts['skipped']} already done; table: {out}")
+    print(f"{exp.name}: {summary}; {counts['done']} already done; table: {out}")
     return 0 if not any(counts[s] for s in ("failed", "timeout", "oom")) else 1
 
 

@@ -108,9 +108,10 @@ def tbf_args(rate_bits: float, packet: int = MTU_FRAME) -> list[str]:
     return ["rate", format_rate(rate_bits), "burst", str(burst), "limit", str(limit)]
 
 
-def check_privileges() -> None:
-    """Raise NotPrivileged unless this process may create network namespaces (root)."""
-    if os.environ.get(UNPRIVILEGED_HOOK):
+def check_privileges(env: dict | None = None) -> None:
+    """Raise NotPrivileged unless this process may create network namespaces (root); ``env``: the
+    environment to read the test hook from (default this process's)."""
+    if (os.environ if env is None else env).get(UNPRIVILEGED_HOOK):
         raise NotPrivileged(f"the emulated network needs root ({UNPRIVILEGED_HOOK} is set: simulated)")
     if os.geteuid() != 0:
         raise NotPrivileged("the emulated network needs root (ip netns, tc); this process runs as "

@@ -7,6 +7,8 @@ command: run              # a distperf command that prints JSON with --json (run
 timeout: 300              # seconds per configuration (optional; --timeout overrides)
 scale: cpu                # where the CSV goes: data/fresh/<scale>/ (optional; --scale overrides)
 skip_invalid: false       # true: a configuration the command rejects becomes an 'invalid' row, not an error
+network: nodes=2,ranks_per_node=1,inter=200mbit   # optional: run every configuration on an emulated
+                          #   cluster (run's --network; the same as base: {network: …}; needs root)
 base:                     # flags shared by every configuration (without the leading --)
   model: small
   steps: 5
@@ -42,7 +44,8 @@ from pathlib import Path
 
 from ..config import ConfigError
 
-TOP_KEYS = ("name", "description", "command", "timeout", "scale", "skip_invalid", "base", "env", "grid", "exclude")
+TOP_KEYS = ("name", "description", "command", "timeout", "scale", "skip_invalid", "network", "base", "env", "grid",
+            "exclude")
 DISTPERF_COMMANDS = ("run", "predict")
 RESERVED_FLAGS = ("json", "help")
 Scalar = (str, int, float, bool)
@@ -203,8 +206,16 @@ def load(path: str | Path) -> Experiment:
         raise _err(path, "skip_invalid", f"must be true or false, got {skip_invalid!r}")
 
     base = {}
+    if data.get("network") is not None:
+        if not isinstance(data["network"], str):
+            raise _err(path, "network", f"must be a string like nodes=2,ranks_per_node=1,inter=200mbit, "
+                                        f"got {data['network']!r}")
+        _check_flag(path, "network", "network", data["network"], parser)
+        base["network"] = data["network"]
     for key, value in _mapping(path, "base", data.get("base", {})).items():
         flag = _canonical(str(key))
+        if flag in base:
+            raise _err(path, f"base.{key}", f"{flag!r} is also set at the top level; set it in one place")
         if isinstance(value, (list, dict)):
             raise _err(path, f"base.{key}", "must be a single value (lists of values go in grid)")
         _check_value(path, f"base.{key}", value)
@@ -327,9 +338,14 @@ def check_configuration(cfg: Configuration) -> str:
         return str(e)
     try:
         if cfg.command[1] == "run":
+            from ..emulation.spec import check_world_size, parse
             from ..train import check_run, config_and_policy, options_from_args
 
-            check_run(config_and_policy(args)[0], options_from_args(args))
+            run_cfg = config_and_policy(args)[0]
+            check_run(run_cfg, options_from_args(args))
+            if args.network:
+                check_world_size(parse(args.network, inter_optional=bool(args.network_like)),
+                                 run_cfg.layout.world_size)
         else:
             from ..cli_args import config_from_args
 
@@ -337,3 +353,22 @@ def check_configuration(cfg: Configuration) -> str:
     except ConfigError as e:
         return str(e)
     return ""
+
+
+def with_network(exp: Experiment, network: str) -> Experiment:
+    """``sweep --network SPEC``: every configuration that sets no network of its own runs on ``SPEC``
+    (its hash changes with it); each is checked again, as :func:`expand` does."""
+    from dataclasses import replace
+
+    if exp.command[:1] != ("distperf",) or exp.command[1] != "run":
+        raise ConfigError("network", "needs an experiment whose command is run")
+    configurations = []
+    for cfg in exp.configurations:
+        if "network" not in cfg.params and not cfg.invalid:
+            cfg = replace(cfg, params={**cfg.params, "network": network})
+            problem = check_configuration(cfg)
+            if problem and not exp.skip_invalid:
+                raise ConfigError("network", f"configuration {cfg.label(exp.varying)}: {problem}")
+            cfg = replace(cfg, invalid=problem)
+        configurations.append(cfg)
+    return replace(exp, configurations=configurations)

@@ -9,8 +9,9 @@ killed (``PR_SET_PDEATHSIG`` on Linux).
 A row holds:
 
 - ``experiment``, ``config_hash`` (:attr:`~distperf.runner.grid.Configuration.hash`), ``status``
-  (``ok``, ``failed``, ``timeout``, ``oom``, or ``invalid`` with ``skip_invalid``), ``message`` (the
-  error's last line), ``elapsed_s`` (wall time of the process), ``returncode``;
+  (``ok``, ``failed``, ``timeout``, ``oom``, ``invalid`` with ``skip_invalid``, or ``skipped``: a run on
+  an emulated network (``network``) without the privileges it needs, not started), ``message`` (the
+  error's last line, or why it was skipped), ``elapsed_s`` (wall time of the process), ``returncode``;
 - the configuration: ``arg.NAME`` per flag and ``env.NAME`` per environment variable;
 - the command's JSON result flattened into **dotted** columns (``iteration_time_s.median``,
   ``config.layout.dp``); lists are kept as JSON text (``losses``); a result key that would take the
@@ -46,7 +47,7 @@ from .grid import Configuration, Experiment
 TAG = "DISTPERF_SWEEP_TAG"
 DEFAULT_TIMEOUT = 600.0
 ROW_COLUMNS = ("experiment", "config_hash", "status", "message", "elapsed_s", "returncode")
-STATUSES = ("ok", "failed", "timeout", "oom", "invalid")
+STATUSES = ("ok", "failed", "timeout", "oom", "invalid", "skipped")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
 _TIMEOUT = re.compile(r"did not finish within|timed out", re.I)
 
@@ -182,6 +183,26 @@ def run_configuration(cfg: Configuration, timeout: float, cwd: Path) -> Outcome:
     return Outcome("failed", message or f"exit status {code}", elapsed, code, None)
 
 
+def network_skip(cfg: Configuration) -> Outcome | None:
+    """A ``skipped`` outcome, with the reason and the network's columns, for a run on an emulated
+    network that this process may not set up (:func:`distperf.emulation.topology.check_privileges`,
+    reading the configuration's environment too); None otherwise."""
+    network = cfg.params.get("network")
+    if cfg.command != ("distperf", "run") or not network:
+        return None
+    from ..emulation.spec import parse
+    from ..emulation.topology import NotPrivileged, check_privileges
+
+    try:
+        check_privileges({**os.environ, **cfg.env})
+    except NotPrivileged as e:
+        columns = parse(network, inter_optional=True).columns()
+        if not columns["inter_bit_per_s"]:
+            columns.update(inter_bit_per_s=None, spec=network)
+        return Outcome("skipped", f"not run: {e}", 0.0, None, {"network": columns})
+    return None
+
+
 def device_of(exp: Experiment, device: str = "auto") -> str:
     """The device the experiment runs on ('cpu' or 'cuda'): its ``device`` flag, else ``device``."""
     from ..results import resolve_device
@@ -239,7 +260,8 @@ def _key(row: dict) -> tuple:
 
 def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool = False, device: str = "auto",
           progress: bool = True) -> dict:
-    """Run the experiment's configurations not yet done; return counts by status of this sweep's runs."""
+    """Run the experiment's configurations not yet done; return counts by status of this sweep's runs,
+    and ``done``: those already done."""
     timeout = timeout or exp.timeout or DEFAULT_TIMEOUT
     prov = provenance(device_of(exp, device))
     rows = _read_rows(out)
@@ -247,13 +269,16 @@ def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool 
     done = {k for k, i in index.items() if rows[i].get("status") == "ok"} if not force else set()
     todo = [c for c in exp.configurations if (c.hash, prov["machine"]) not in done]
     counts = {s: 0 for s in STATUSES}
-    counts["skipped"] = len(exp.configurations) - len(todo)
-    bar = _progress(len(exp.configurations), counts["skipped"], exp.name, progress)
+    counts["done"] = len(exp.configurations) - len(todo)
+    bar = _progress(len(exp.configurations), counts["done"], exp.name, progress)
     try:
         for cfg in todo:
             bar.set_postfix_str(f"{bar.total - bar.n} left, now {cfg.label(exp.varying)[:60]}")
+            skip = network_skip(cfg)
             if cfg.invalid:
                 outcome = Outcome("invalid", cfg.invalid[:500], 0.0, None, None)
+            elif skip:
+                outcome = skip
             else:
                 outcome = run_configuration(cfg, timeout, exp.path.parent)
             row = make_row(exp, cfg, outcome, prov)
