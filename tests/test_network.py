@@ -122,16 +122,26 @@ def test_without_privileges_run_and_calibrate_say_so_in_one_line(tmp_path):
     assert not (tmp_path / "hw.json").exists()
 
 
-def test_without_privileges_a_sweep_writes_skipped_rows_with_the_reason(tmp_path):
+def test_without_privileges_run_network_like_prints_the_derived_rate_first():
+    run, _ = _distperf("run", *TINY, "--dp", "2", "--network", "nodes=2,ranks_per_node=1", "--network-like",
+                       "V100-16GB", env={topology.UNPRIVILEGED_HOOK: "1"})
+    first, last = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and "network like V100-16GB" in first and "40,000 FLOP/byte" in first
+    assert last.startswith("distperf run: error: network: the emulated network needs root")
+
+
+@pytest.mark.parametrize("where", ["command line", "experiment file"])
+def test_without_privileges_a_sweep_writes_skipped_rows_with_the_reason(tmp_path, where):
+    network = "nodes=2,ranks_per_node=1,inter=100mbit"
     exp = tmp_path / "net.yaml"
     exp.write_text(textwrap.dedent("""
         command: run
         base: {model: tiny, device: cpu, steps: 2, no-measure: true, hardware: none}
         grid: {dp: [2]}
-    """))
+    """) + (f"network: {network}\n" if where == "experiment file" else ""))
     out = tmp_path / "net.csv"
     proc, _ = _distperf("sweep", str(exp), "--out", str(out), "--no-progress",
-                        "--network", "nodes=2,ranks_per_node=1,inter=100mbit",
+                        *(["--network", network] if where == "command line" else []),
                         env={topology.UNPRIVILEGED_HOOK: "1"})
     assert proc.returncode == 0, proc.stderr
     row = pd.read_csv(out).iloc[0]
