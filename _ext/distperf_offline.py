@@ -1,12 +1,16 @@
-"""Sphinx extension: an offline book's pages declare each script once.
+"""Sphinx extension: the book's pages run without JavaScript errors (the browser check reports any).
 
-sphinx-thebe registers its inline configuration script (``const THEBE_JS_URL = …``) twice with Jupyter Book
-1.0.4, and a ``const`` declared twice is a JavaScript error on every page (the browser check reports it). Thebe
-is off here; the extension keeps the first of identical script entries of each page.
+- sphinx-thebe registers its inline configuration script (``const THEBE_JS_URL = …``) twice with Jupyter Book
+  1.0.4, and a ``const`` declared twice is an error on every page. Thebe is off here; each page keeps the first
+  of identical script entries.
+- pydata-sphinx-theme 0.17 writes ``data-mode = localStorage.mode || default_mode``; with no ``default_mode``
+  in the page's context a first visit logs "Got invalid theme mode". It is set to ``auto`` (follow the
+  system's light or dark preference) unless ``html_context`` names one.
 """
 
 
-def unique_scripts(app, pagename, templatename, context, doctree):
+def fix_page(app, pagename, templatename, context, doctree):
+    context.setdefault("default_mode", "auto")
     scripts = context.get("script_files")
     if scripts:
         seen, unique = set(), []
@@ -20,5 +24,5 @@ def unique_scripts(app, pagename, templatename, context, doctree):
 
 
 def setup(app):
-    app.connect("html-page-context", unique_scripts, priority=900)
+    app.connect("html-page-context", fix_page, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -12,11 +12,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 
 from distperf import book, plots, results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+CHAPTERS = [ROOT / f"{f}.md" for f in [TOC["root"]] + [c["file"] for part in TOC["parts"] for c in part["chapters"]]]
 
 
 def two_machines():
