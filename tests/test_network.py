@@ -278,5 +278,6 @@ def test_run_on_two_emulated_nodes_equals_the_plain_run():
     assert rn["network"]["spec"] == "nodes=2,ranks_per_node=1,inter=200mbit" and rn["network"]["inter_bit_per_s"] == 2e8
     assert rn["world_size"] == 2 and len(rn["losses"]) == 3
     for a, b in zip(rn["losses"], rp["losses"]):
-        assert relative_error(a, b) <= TOLERANCE
-    assert _tagged(tag) == [] and set(_ours()) <= before
+        assert relative_error(a, b) <= TOLERANCE, (rn["losses"], rp["losses"])
+    assert _tagged(tag) == []
+    assert set(_ours()) <= before, (_ours(), before)
