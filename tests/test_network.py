@@ -104,9 +104,13 @@ def test_network_like_keeps_the_targets_flop_per_byte():
 # --- without privileges (simulated) -------------------------------------------------------------------
 
 def _distperf(*args, env=None, timeout=120):
+    """Run the CLI in a fresh process: (completed process with its pid, tag carried by all it starts)."""
     tag = uuid.uuid4().hex
-    proc = subprocess.run([PY, "-m", "distperf", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "TEST_NETWORK_TAG": tag, **(env or {})})
+    with subprocess.Popen([PY, "-m", "distperf", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "TEST_NETWORK_TAG": tag, **(env or {})}) as popen:
+        out, err = popen.communicate(timeout=timeout)
+    proc = subprocess.CompletedProcess(popen.args, popen.returncode, out, err)
+    proc.pid = popen.pid
     return proc, tag
 
 
@@ -269,7 +273,6 @@ def _tagged(tag: str) -> list[int]:
 
 @needs_root
 def test_run_on_two_emulated_nodes_equals_the_plain_run():
-    before = set(_ours())
     net, tag = _distperf("run", *TINY, "--dp", "2", "--network", "nodes=2,ranks_per_node=1,inter=200mbit", "--json")
     assert net.returncode == 0, net.stderr
     plain, _ = _distperf("run", *TINY, "--dp", "2", "--json")
@@ -280,4 +283,4 @@ def test_run_on_two_emulated_nodes_equals_the_plain_run():
     for a, b in zip(rn["losses"], rp["losses"]):
         assert relative_error(a, b) <= TOLERANCE, (rn["losses"], rp["losses"])
     assert _tagged(tag) == []
-    assert set(_ours()) <= before, (_ours(), before)
+    assert _ours(net.pid) == []
