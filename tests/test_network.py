@@ -284,3 +284,19 @@ def test_run_on_two_emulated_nodes_equals_the_plain_run():
         assert relative_error(a, b) <= TOLERANCE, (rn["losses"], rp["losses"])
     assert _tagged(tag) == []
     assert _ours(net.pid) == []
+
+
+def test_link_fit_takes_beta_from_large_messages_and_tabulates_against_the_set_rate():
+    """Times of a tbf link: a bucket of b bytes goes at once, the rest at the rate; the all-sizes fit is
+    pulled above the rate by the bucket, the fit on messages >= 1 MiB is not."""
+    from distperf.measure.link_bench import summarize
+
+    spec = parse("nodes=2,ranks_per_node=1,inter=200mbit")
+    rate, bucket, alpha = spec.inter / 8, 25_000, 1e-4
+    rows = [{"collective": "send", "scope": "inter", "ranks": 2, "bytes": m,
+             "seconds": alpha + max(m - bucket, m / 50) / rate} for m in (4, 1024, 65536, 1 << 20, 4 << 20, 16 << 20)]
+    found = summarize(rows, spec)
+    fit = found["fits"]["inter"]["send"]
+    assert fit["beta"] == pytest.approx(rate, rel=1e-9) and fit["beta_all_sizes"] > 1.05 * rate
+    big = [r for r in found["table"] if r["bytes"] == 16 << 20][0]
+    assert big["set_bit_per_s"] == 2e8 and big["ratio"] == pytest.approx((16 << 20) / ((16 << 20) - bucket), rel=1e-3)

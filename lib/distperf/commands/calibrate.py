@@ -113,6 +113,8 @@ def _links(hw, network, info: dict, args, log):
     from ..measure.link_bench import apply, measure, summarize
 
     sizes = MESSAGE_BYTES_QUICK + (4 << 20,) if args.quick else MESSAGE_BYTES_FULL
+    if not args.quick and 8 * (16 << 20) / network.inter <= 1.0:  # 16 MiB too, where it takes at most 1 s
+        sizes += (16 << 20,)
     log(f"emulated links: {network.text()}")
     rows = measure(network, sizes, reps=5 if args.quick else 10, timeout=args.timeout)
     found = summarize(rows, network)
