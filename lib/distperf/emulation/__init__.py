@@ -10,7 +10,12 @@ loopback (optionally shaped at an intra-node rate).
 - :mod:`.like`: ``--network-like PRESET``: the rate that gives this machine a target cluster's FLOP per byte;
 - :mod:`.topology`: set-up and teardown with ``ip`` and ``tc``, names and addresses;
 - :mod:`.guardian`: the process that tears a run's namespaces down when the run ends, however it ends;
-- :mod:`.launch`: one ``torchrun`` per emulated node, inside its namespace.
+- :mod:`.launch`: one ``torchrun`` per emulated node, inside its namespace;
+- :mod:`.options`: the command-line options of ``run``, ``sweep`` and ``calibrate``.
+
+``python -m distperf calibrate --network SPEC`` measures the links (:mod:`distperf.measure.link_bench`) and
+writes a profile whose ``inter_*`` are theirs: pass it to ``run --hardware`` for a prediction on the
+emulated cluster (``--hardware auto`` predicts with this machine's unshaped loopback).
 
 It needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); without it, :class:`~.topology.NotPrivileged`.
 """

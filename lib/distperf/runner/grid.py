@@ -8,7 +8,8 @@ timeout: 300              # seconds per configuration (optional; --timeout overr
 scale: cpu                # where the CSV goes: data/fresh/<scale>/ (optional; --scale overrides)
 skip_invalid: false       # true: a configuration the command rejects becomes an 'invalid' row, not an error
 network: nodes=2,ranks_per_node=1,inter=200mbit   # optional: run every configuration on an emulated
-                          #   cluster (run's --network; the same as base: {network: …}; needs root)
+                          #   cluster (run's --network, the same as base: {network: …}; needs root);
+                          #   grid: {network: [SPEC, SPEC]} varies it
 base:                     # flags shared by every configuration (without the leading --)
   model: small
   steps: 5
