@@ -36,6 +36,7 @@ import time
 import uuid
 
 from ..cli_args import add_config_arguments
+from ..config import ConfigError
 from ..emulation.options import add_network_arguments, network_from_args
 from ..processes import tagged_processes
 from ..train import add_run_arguments, check_run, config_and_policy, config_to_json, options_from_args
@@ -77,6 +78,9 @@ def main(args: argparse.Namespace) -> int:
 
     world = cfg.layout.world_size
     network, network_info = network_from_args(args, world, lambda: flops_here(args.hardware, _threads(world)))
+    if network and _timing_device(opts.device) == "cuda":
+        raise ConfigError("network", "shapes the links of CPU ranks (gloo); NCCL between GPUs of one machine "
+                                     "would bypass them (shared memory, NVLink): use --device cpu")
     try:
         if needs_distributed(cfg) or network:
             result = launch({"config": config_to_json(cfg), "options": asdict(opts)}, world,
