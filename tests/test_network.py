@@ -26,6 +26,7 @@ from distperf.config import ConfigError
 from distperf.emulation import like, topology
 from distperf.emulation.spec import NetworkSpec, check_world_size, format_rate, parse, parse_rate
 from distperf.hardware import PRESETS
+from distperf.processes import tagged_processes
 
 PY = sys.executable
 TINY = ["--model", "tiny", "--device", "cpu", "--steps", "3", "--no-measure", "--hardware", "none"]
@@ -259,16 +260,7 @@ def test_a_killed_run_leaves_no_namespace_link_qdisc_or_process(tmp_path):
 
 
 def _tagged(tag: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if f"TEST_NETWORK_TAG={tag}".encode() in f.read().split(b"\0"):
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
+    return tagged_processes("TEST_NETWORK_TAG", tag)
 
 
 @needs_root

@@ -17,22 +17,14 @@ import pytest
 from dist_harness import TOLERANCE, relative_error
 from distperf import cli
 from distperf.commands import run as run_command
+from distperf.processes import tagged_processes
 
 PY = sys.executable
 TINY = ["--model", "tiny", "--device", "cpu", "--steps", "3"]
 
 
 def _tagged(tag: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if f"TEST_RUN_TAG={tag}".encode() in f.read().split(b"\0"):
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
+    return tagged_processes("TEST_RUN_TAG", tag)
 
 
 def distperf(*args, env=None, timeout=120):
