@@ -1,8 +1,8 @@
 """``python -m distperf {predict,run,sweep,calibrate,plan}``.
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
-``main(args) -> int``; this file only dispatches. Bad input (ConfigError, a missing file) ends with one
-line naming the field and the rule, and exit status 2 — never a traceback.
+``main(args) -> int``; this file only dispatches. Bad input (ConfigError, a missing file, an emulated network
+without root) ends with one line naming the field and the rule, and exit status 2 — never a traceback.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import sys
 
 from .config import ConfigError
+from .emulation.topology import NotPrivileged
 
 COMMANDS = {
     "predict": ("distperf.commands.predict", "predict memory, communication and time with the cost model"),
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         return commands[args.command][0].main(args) or 0
     except ConfigError as e:
         print(f"distperf {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except NotPrivileged as e:  # an emulated network without root
+        print(f"distperf {args.command}: error: network: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:
         print(f"distperf {args.command}: error: {e.filename}: no such file", file=sys.stderr)

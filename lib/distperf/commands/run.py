@@ -73,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
 
         cfg = resolve(cfg, "time", _timing_device(opts.device))
     from ..emulation.like import flops_here
-    from ..emulation.topology import NotPrivileged, SetupError
+    from ..emulation.topology import SetupError
     from ..parallel.loop import needs_distributed
 
     world = cfg.layout.world_size
@@ -89,9 +89,6 @@ def main(args: argparse.Namespace) -> int:
             from ..parallel.loop import run_training
 
             result = run_training(cfg, opts)
-    except NotPrivileged as e:
-        print(f"distperf run: error: network: {e}", file=sys.stderr)
-        return 2
     except (LaunchError, SetupError) as e:
         print(f"distperf run: error: {e}", file=sys.stderr)
         return 1
