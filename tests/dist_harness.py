@@ -112,7 +112,7 @@ def tiny_spec(**overrides):
 
 
 def run_options(**overrides):
-    from distperf.parallel.common import RunOptions
+    from distperf.config import RunOptions
 
     return RunOptions(**{"steps": 3, "seed": 1, "lr": 0.2, "device": "cpu", "warmup": 0, **overrides})
 

@@ -8,7 +8,7 @@ import torch
 
 from distperf import presets
 from distperf.config import Config, ConfigError, Layout, ModelSpec, validate
-from distperf.data import SyntheticTokens, TextCorpus, decode, encode, make_source
+from distperf.tokens import SyntheticTokens, TextCorpus, decode, encode, make_source
 from distperf.model import Attention, Block, build_model, build_stages, layer_input, lm_loss, set_recompute
 from distperf.parallel.partition import balanced, parameter_costs, resolve
 

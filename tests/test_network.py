@@ -26,7 +26,7 @@ from distperf.config import ConfigError
 from distperf.emulation import like, topology
 from distperf.emulation.spec import NetworkSpec, check_world_size, format_rate, parse, parse_rate
 from distperf.hardware import PRESETS
-from distperf.processes import tagged_processes
+from distperf.launch import tagged_processes
 
 PY = sys.executable
 TINY = ["--model", "tiny", "--device", "cpu", "--steps", "3", "--no-measure", "--hardware", "none"]

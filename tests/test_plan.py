@@ -13,7 +13,7 @@ from distperf import presets
 from distperf.config import ConfigError, Config, Training
 from distperf.cost import predict
 from distperf.hardware import GIB, PRESETS
-from distperf.plan import best, candidates, plan, topology
+from distperf.planner import best, candidates, plan, topology
 
 V100 = PRESETS["V100-16GB"]
 NODE_25GBIT = 25e9 / 8

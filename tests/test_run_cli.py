@@ -17,7 +17,7 @@ import pytest
 from dist_harness import TOLERANCE, relative_error
 from distperf import cli
 from distperf.commands import run as run_command
-from distperf.processes import tagged_processes
+from distperf.launch import tagged_processes
 
 PY = sys.executable
 TINY = ["--model", "tiny", "--device", "cpu", "--steps", "3"]
@@ -70,7 +70,7 @@ def test_two_rank_run_reports_json_equal_to_the_single_device_run():
     it = r2["iteration_time_s"]
     assert 0 < it["p10"] <= it["median"] <= it["p90"]
     assert r2["tokens_per_s"] == pytest.approx(2 * 16 / it["median"])
-    assert len(r2["model_state_bytes_at_rest"]) == 2 and r2["model_state_bytes_at_rest"][0]["params"] > 0
+    assert len(r2["model_state_bytes_at_rest"]) == 2 and r2["model_state_bytes_at_rest"][0]["parameters"] > 0
 
 
 def test_time_balanced_pipeline_run():

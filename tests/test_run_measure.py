@@ -48,7 +48,7 @@ def _per_stage_max(per_rank: dict, key: str, stage: int) -> int:
 
 @pytest.mark.parametrize("name", CASES)
 def test_measured_model_states_equal_the_cost_model_exactly(name):
-    from distperf.parallel.common import RunOptions
+    from distperf.config import RunOptions
 
     cfg = validate(Config(model=tiny_spec(), layout=CASES[name], training=Training(optimizer="adam")))
     opts = RunOptions(steps=1, warmup=0, device="cpu", measure=True)

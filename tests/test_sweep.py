@@ -7,7 +7,6 @@ the real ``distperf run`` with the trainers' fault injection (``DISTPERF_FAULT``
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import signal
 import subprocess

@@ -17,6 +17,10 @@ SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "2bw", "pipedream")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp32", "mixed")
 OPTIMIZERS = ("adam", "sgd")
+DATA_SOURCES = ("synthetic", "text")  # distperf.tokens
+DEVICES = ("auto", "cpu", "cuda")
+MESH_ORDERS = ("pp,dp,tp", "dp,pp,tp")  # distperf.parallel.mesh
+DDP_BUCKET_MB = 25  # torch DDP's bucket_cap_mb default (MiB): the default communication block size
 
 
 class ConfigError(ValueError):
@@ -107,8 +111,30 @@ class Config:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        """The configuration :meth:`to_dict` wrote (JSON), validated."""
+        layout = {**d["layout"], "partition": tuple(d["layout"]["partition"])}
+        return validate(cls(model=ModelSpec(**d["model"]), layout=Layout(**layout), training=Training(**d["training"])))
+
     def replace(self, **sections) -> "Config":
         return replace(self, **sections)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run needs besides the configuration (``python -m distperf run``'s run flags)."""
+
+    steps: int = 5
+    seed: int = 0
+    lr: float = 1e-3
+    bucket_mb: float = float(DDP_BUCKET_MB)  # DDP gradient bucket (MiB): the "communication block size"
+    data: str = "synthetic"  # one of DATA_SOURCES
+    device: str = "auto"  # one of DEVICES
+    warmup: int = 1  # steps left out of the timing statistics
+    timeout_s: float = 300.0
+    measure: bool = False  # memory and communication steps after the timed ones (distperf.measure.steps)
+    mesh_order: str = "pp,dp,tp"  # placement of ranks on the mesh, slowest-varying first (one of MESH_ORDERS)
 
 
 def uniform_partition(layers: int, stages: int) -> tuple[int, ...]:

@@ -131,7 +131,18 @@ def load(experiment: str, scale: str | None = None):
 
 
 def signed_error(predicted, measured):
-    """Signed relative error (predicted − measured) / measured: negative means the model under-predicts."""
+    """Signed relative error (predicted − measured) / measured: negative means the model under-predicts.
+
+    Element-wise on arrays and pandas columns. For two numbers: 0 when both are 0, None when only the
+    measurement is 0 or either is missing (a run's JSON writes that as null)."""
+    import numbers
+
+    if predicted is None or measured is None:
+        return None
+    if isinstance(predicted, numbers.Real) and isinstance(measured, numbers.Real):
+        if measured == 0:
+            return 0.0 if predicted == 0 else None
+        return float((predicted - measured) / measured)
     return (predicted - measured) / measured
 
 

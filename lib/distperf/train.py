@@ -26,93 +26,8 @@ import sys
 import traceback
 from dataclasses import replace
 
-from .cli_args import add_config_arguments, config_from_args
-from .config import Config, ConfigError, Layout, ModelSpec, Training, validate
-from .data import SOURCES
-
-DEVICES = ("auto", "cpu", "cuda")
-PARTITION_POLICIES = ("uniform", "params", "time")
-MESH_ORDERS = ("pp,dp,tp", "dp,pp,tp")
-
-
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("run")
-    g.add_argument("--steps", type=int, default=10, help="optimizer steps (default 10)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the data (default 0)")
-    g.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
-    g.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA if present (NCCL), else CPU (gloo)")
-    g.add_argument("--bucket-mb", type=float, default=25.0,
-                   help="DDP gradient bucket in MiB, the communication block size (default 25, torch's)")
-    g.add_argument("--data", choices=SOURCES, default="synthetic",
-                   help="synthetic Markov-chain tokens or English text (pydoc_data, bytes) (default synthetic)")
-    g.add_argument("--warmup", type=int, default=1, help="first steps left out of the timing statistics (default 1)")
-    g.add_argument("--timeout", type=float, default=900.0,
-                   help="seconds: a collective that waits longer fails, and run stops the whole launch (default 900)")
-    g.add_argument("--mesh-order", default="pp,dp,tp", choices=MESH_ORDERS,
-                   help="how consecutive ranks (one node's) fill the mesh, slowest-varying dimension first: "
-                        "pp,dp,tp keeps a stage's replicas together, dp,pp,tp a replica's pipeline "
-                        "(default pp,dp,tp; distperf.parallel.mesh)")
-    g.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
-                   help="after the timed steps, measure memory by category and communication by kind on 3 more "
-                        "optimizer steps (distperf.measure.steps) (default on)")
-
-
-def options_from_args(a: argparse.Namespace):
-    from .parallel.common import RunOptions
-
-    if a.steps < 1:
-        raise ConfigError("steps", f"must be a positive integer, got {a.steps}")
-    if not a.lr > 0:
-        raise ConfigError("lr", f"must be positive, got {a.lr}")
-    if not a.bucket_mb > 0:
-        raise ConfigError("bucket_mb", f"must be positive, got {a.bucket_mb}")
-    if a.warmup < 0:
-        raise ConfigError("warmup", f"must be 0 or more, got {a.warmup}")
-    if not a.timeout > 0:
-        raise ConfigError("timeout", f"must be positive, got {a.timeout}")
-    return RunOptions(steps=a.steps, seed=a.seed, lr=a.lr, bucket_mb=a.bucket_mb, data=a.data, device=a.device,
-                      warmup=min(a.warmup, a.steps - 1), timeout_s=a.timeout, measure=a.measure,
-                      mesh_order=a.mesh_order)
-
-
-def config_and_policy(a: argparse.Namespace) -> tuple[Config, str | None]:
-    """The validated configuration, and the partition policy if ``--partition`` names one."""
-    policy = a.partition if a.partition in PARTITION_POLICIES else None
-    if policy:
-        a = argparse.Namespace(**{**vars(a), "partition": ""})
-    cfg = config_from_args(a)
-    if policy == "params":
-        from .parallel.partition import resolve
-        cfg, policy = resolve(cfg, "params"), None
-    return cfg, policy if policy != "uniform" else None
-
-
-def check_run(cfg: Config, opts) -> None:
-    """Rules of the trainers beyond :func:`distperf.config.validate`; raise ConfigError before any
-    process starts."""
-    from .parallel.pipeline import check_pipeline
-
-    check_pipeline(cfg)
-    if opts.data == "text" and cfg.model.vocab < 256:
-        raise ConfigError("data", f"the byte-level text needs vocab >= 256, the model has {cfg.model.vocab}")
-    if opts.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("device", "cuda was asked for but torch sees no CUDA device")
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.layout.world_size))
-        if torch.cuda.device_count() < local:
-            raise ConfigError("device", f"{local} ranks on this node need as many GPUs, "
-                                        f"torch sees {torch.cuda.device_count()}")
-
-
-def config_to_json(cfg: Config) -> dict:
-    return cfg.to_dict()
-
-
-def config_from_json(d: dict) -> Config:
-    layout = {**d["layout"], "partition": tuple(d["layout"]["partition"])}
-    return validate(Config(model=ModelSpec(**d["model"]), layout=Layout(**layout), training=Training(**d["training"])))
+from .config import Config, ConfigError, RunOptions
+from .flags import add_config_arguments, add_run_arguments, config_and_policy, options_from_args
 
 
 def _resolve_time_partition(cfg: Config, device: str) -> Config:
@@ -138,14 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rank = int(os.environ.get("RANK", 0))
     try:
-        from .parallel.common import RunOptions
         from .parallel.loop import needs_distributed, run_training
         from .parallel.mesh import init_distributed
+        from .parallel.rules import check_run
 
         if a.spec:
             with open(a.spec) as f:
                 spec = json.load(f)
-            cfg, policy, opts = config_from_json(spec["config"]), None, RunOptions(**spec["options"])
+            cfg, policy, opts = Config.from_dict(spec["config"]), None, RunOptions(**spec["options"])
         else:
             cfg, policy = config_and_policy(a)
             opts = options_from_args(a)

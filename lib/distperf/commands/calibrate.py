@@ -76,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else fresh_dir(scale) / "hardware.json"
     from ..emulation.like import flops_here
     from ..emulation.options import network_from_args
-    from ..commands.run import LaunchError
+    from ..launch import LaunchError
     from ..emulation.topology import SetupError, check_privileges
 
     network, network_info = network_from_args(args, None, lambda: flops_here(None, args.threads))

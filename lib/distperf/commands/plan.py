@@ -1,4 +1,4 @@
-"""``python -m distperf plan``: the PipeDream-2BW planner (:mod:`distperf.plan`).
+"""``python -m distperf plan``: the PipeDream-2BW planner (:mod:`distperf.planner`).
 
 Prints the configurations that fit, ranked by predicted throughput, and how many of the others were
 rejected and why; with ``--json`` the object ``{"plans": [...], "rejected": [...], "inputs": {...}}``.
@@ -7,23 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 
 from .. import presets
 from ..config import PRECISIONS, ConfigError
 from ..hardware import DEFAULT, PRESETS, hardware
-from ..plan import RECOMPUTE, SCHEDULES, plan
-from .predict import _bytes, _seconds
+from ..planner import PLANNED_RECOMPUTE, PLANNED_SCHEDULES, plan
+from ..units import format_bytes, format_seconds, parse_size
 
-UNITS = {"": 2**30, "gib": 2**30, "gb": 1e9, "mib": 2**20, "mb": 1e6, "b": 1}
-
-
-def parse_memory(text: str) -> float:
-    """``16GiB``, ``16GB``, ``500MiB``, ``12e9B``; a bare number is GiB."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
-    if not match or match.group(2) not in UNITS or float(match.group(1)) <= 0:
-        raise ConfigError("memory_limit", f"must be a positive size such as 16GiB, 16GB or 500MiB, got {text!r}")
-    return float(match.group(1)) * UNITS[match.group(2)]
 
 
 def _choices(field: str, text: str, allowed: tuple) -> tuple:
@@ -47,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the hardware's per-device inter-node bandwidth)")
     p.add_argument("--precision", choices=PRECISIONS, default="mixed", help="default mixed (fp16/bf16 + fp32 master)")
     p.add_argument("--max-micro-batch", type=int, default=64, help="largest microbatch size tried (powers of 2)")
-    p.add_argument("--schedules", default=",".join(SCHEDULES), help=f"pipeline schedules (default {','.join(SCHEDULES)})")
-    p.add_argument("--recompute", default=",".join(RECOMPUTE), help="recomputation choices (default none,full)")
+    p.add_argument("--schedules", default=",".join(PLANNED_SCHEDULES), help=f"pipeline schedules (default {','.join(PLANNED_SCHEDULES)})")
+    p.add_argument("--recompute", default=",".join(PLANNED_RECOMPUTE), help="recomputation choices (default none,full)")
     p.add_argument("--no-baselines", action="store_true", help="pipelines only (no data- or tensor-parallel baseline)")
     p.add_argument("--top", type=int, default=10, help="configurations shown in the table (default 10)")
     p.add_argument("--json", action="store_true", help="print plans and rejected configurations as JSON")
@@ -56,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     hw = hardware(args.hardware)
-    limit = hw.memory_capacity if args.memory_limit is None else parse_memory(args.memory_limit)
+    limit = hw.memory_capacity if args.memory_limit is None else parse_size(args.memory_limit)
     node_bandwidth = None
     if args.node_gbit is not None:
         if not args.node_gbit > 0:
@@ -65,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     model = presets.model(args.model)
     result = plan(model, args.gpus, hw, args.global_batch, memory_limit=limit, gpus_per_node=args.gpus_per_node,
                   node_bandwidth=node_bandwidth, precision=args.precision, max_micro_batch=args.max_micro_batch,
-                  schedules=_choices("schedules", args.schedules, SCHEDULES),
+                  schedules=_choices("schedules", args.schedules, PLANNED_SCHEDULES),
                   recompute=_choices("recompute", args.recompute, ("none", "selective", "full")),
                   baselines=not args.no_baselines)
     inputs = {"model": model.name, "gpus": args.gpus, "gpus_per_node": args.gpus_per_node or hw.devices_per_node,
@@ -89,14 +79,14 @@ def _describe(e: dict) -> str:
 def table(result: dict, inputs: dict, top: int) -> str:
     plans, rejected = result["plans"], result["rejected"]
     lines = [f"{inputs['model']} on {inputs['gpus']} × {inputs['hardware']} ({inputs['gpus_per_node']} per node), "
-             f"global batch {inputs['global_batch']}, memory limit {_bytes(inputs['memory_limit_bytes'])}",
+             f"global batch {inputs['global_batch']}, memory limit {format_bytes(inputs['memory_limit_bytes'])}",
              f"{len(plans)} configurations fit, {len(rejected)} rejected", ""]
     if plans:
         lines.append(f"{'rank':>4}  {'configuration':<20} {'b':>3} {'recompute':<9} {'m':>5} {'samples/s':>11} "
                      f"{'iteration':>11} {'memory':>11}")
         for i, e in enumerate(plans[:top], 1):
             lines.append(f"{i:>4}  {_describe(e):<20} {e['micro_batch']:>3} {e['recompute']:<9} {e['accumulation']:>5} "
-                         f"{e['throughput']:>11,.2f} {_seconds(e['iteration_s']):>11} {_bytes(e['memory_bytes']):>11}")
+                         f"{e['throughput']:>11,.2f} {format_seconds(e['iteration_s']):>11} {format_bytes(e['memory_bytes']):>11}")
     else:
         lines.append("nothing fits: raise the memory limit, add devices or allow recomputation")
     groups: dict[str, list] = {}

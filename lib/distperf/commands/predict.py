@@ -7,20 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cli_args import add_config_arguments, config_from_args
 from ..config import ConfigError
-from ..cost import DDP_BUCKET_BYTES, predict
-from ..hardware import DEFAULT, PRESETS, hardware
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p)
-    g = p.add_argument_group("hardware and output")
-    g.add_argument("--hardware", default=DEFAULT,
-                   help=f"preset ({', '.join(PRESETS)}) or a profile file (JSON); default {DEFAULT}")
-    g.add_argument("--bucket-mb", type=float, default=DDP_BUCKET_BYTES / 2**20,
-                   help="data-parallel gradient bucket in MiB (default 25, as torch DDP)")
-    g.add_argument("--json", action="store_true", help="print the prediction as JSON")
+from ..cost import predict
+from ..flags import add_predict_command_arguments as add_arguments  # noqa: F401 (the dispatcher's interface)
+from ..flags import config_from_args
+from ..hardware import hardware
+from ..units import format_bytes, format_seconds
 
 
 def main(args: argparse.Namespace) -> int:
@@ -31,19 +23,6 @@ def main(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2) if args.json else table(result, cfg))
     return 0
 
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:,.2f} {unit}"
-    return f"{n:,.0f} B"
-
-
-def _seconds(x: float) -> str:
-    for unit, size in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(x) >= size:
-            return f"{x / size:,.3f} {unit}"
-    return f"{x * 1e9:,.1f} ns" if x else "0 s"
 
 
 def table(r: dict, cfg) -> str:
@@ -61,21 +40,21 @@ def table(r: dict, cfg) -> str:
         ("parameters", f"{r['parameters']:,} ({r['parameters'] / 1e9:.3f} B)"),
         ("FLOPs per iteration", f"model {r['flops']['model']:.4g}, hardware {r['flops']['hardware']:.4g}"),
         (f"memory, stage {r['peak_stage']} (most loaded)", ""),
-        ("  parameters", _bytes(mem["parameters"])),
-        ("  gradients", _bytes(mem["gradients"])),
-        ("  optimizer states", _bytes(mem["optimizer_states"])),
-        ("  activations", _bytes(mem["activations"])),
-        ("  total", _bytes(mem["total"]) + ("" if r["fits"] else "  (exceeds the device's memory)")),
-        ("memory per stage", ", ".join(_bytes(x) for x in r["memory_bytes_per_stage"])),
+        ("  parameters", format_bytes(mem["parameters"])),
+        ("  gradients", format_bytes(mem["gradients"])),
+        ("  optimizer states", format_bytes(mem["optimizer_states"])),
+        ("  activations", format_bytes(mem["activations"])),
+        ("  total", format_bytes(mem["total"]) + ("" if r["fits"] else "  (exceeds the device's memory)")),
+        ("memory per stage", ", ".join(format_bytes(x) for x in r["memory_bytes_per_stage"])),
         ("communication per rank and iteration", ""),
     ]
-    rows += [(f"  {kind.replace('_', ' ')}", f"{_bytes(comm[kind])} ({r['collectives'][kind]})") for kind in comm]
+    rows += [(f"  {kind.replace('_', ' ')}", f"{format_bytes(comm[kind])} ({r['collectives'][kind]})") for kind in comm]
     rows += [
         ("time per iteration", ""),
-        ("  compute", _seconds(time["compute"])),
-        ("  exposed communication", _seconds(time["communication_exposed"])),
-        ("  bubble", _seconds(time["bubble"])),
-        ("  iteration", _seconds(time["iteration"])),
+        ("  compute", format_seconds(time["compute"])),
+        ("  exposed communication", format_seconds(time["communication_exposed"])),
+        ("  bubble", format_seconds(time["bubble"])),
+        ("  iteration", format_seconds(time["iteration"])),
         ("bubble fraction", f"{r['bubble_fraction']:.4f}"),
     ]
     width = max(len(name) for name, _ in rows)

@@ -76,10 +76,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _list(exp, out: Path) -> int:
     from ..results import machine_slug
-    from ..runner.sweep import _read_rows, device_of
+    from ..runner.sweep import device_of, read_rows
 
     machine = machine_slug(device_of(exp))
-    done = {str(r.get("config_hash")) for r in _read_rows(out)
+    done = {str(r.get("config_hash")) for r in read_rows(out)
             if r.get("status") == "ok" and r.get("machine", machine) == machine}
     for cfg in exp.configurations:
         state = "done" if cfg.hash in done else ("invalid" if cfg.invalid else "todo")

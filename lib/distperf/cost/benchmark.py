@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def planner_benchmark(repeats: int = 5) -> int:
-    from ..plan import candidates, plan
+    from ..planner import candidates, plan
     from .predict import clear_caches
 
     model = MODELS["2bw-gpt-28.3b"]

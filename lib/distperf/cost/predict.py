@@ -35,7 +35,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..config import Config, stage_layers, validate
+from ..config import DDP_BUCKET_MB, Config, stage_layers, validate
 from ..hardware import DEFAULT, PRESETS, Hardware
 from . import activations as act
 from . import flops as fl
@@ -44,7 +44,7 @@ from .collectives import bucketed_exposed_time, collective_time, sent_bytes
 from .model_states import bytes_per_parameter, fsdp_shard_elements, greedy_partition_max
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
 
-DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's bucket_cap_mb default (25 MiB)
+DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
 
 DP_COLLECTIVES = {0: "all-reduce", 1: "reduce-scatter + all-gather", 2: "all-gather + reduce-scatter",
                   3: "all-gather ×2 + reduce-scatter"}

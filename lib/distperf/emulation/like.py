@@ -73,7 +73,7 @@ def describe(info: dict, spec: NetworkSpec) -> str:
 def flops_here(hardware: str | None, threads: int | None) -> float:
     """This machine's fp32 matrix-product rate per rank: from ``hardware`` when it is a profile file,
     else from this machine's calibrated profile at ``threads`` threads
-    (:func:`distperf.measure.compare.auto_profiles`), else measured now (a few matrix products at that
+    (:func:`distperf.measure.profiles.auto_profiles`), else measured now (a few matrix products at that
     thread count, under a second)."""
     from pathlib import Path
 
@@ -81,10 +81,10 @@ def flops_here(hardware: str | None, threads: int | None) -> float:
 
     if hardware and Path(hardware).is_file():
         return load_profile(hardware).flops("fp32")
-    from ..measure.compare import _sidecar, _threads_match, auto_profiles
+    from ..measure.profiles import auto_profiles, read_sidecar, threads_match
 
     for path in auto_profiles(threads):
-        if path.is_file() and _threads_match(_sidecar(path), threads):
+        if path.is_file() and threads_match(read_sidecar(path), threads):
             return load_profile(path).flops("fp32")
     import torch
 

@@ -14,7 +14,7 @@ repeated calls for the collectives; ``min_run_time`` per point):
   bytes (M from 4 B to 4 MiB), and send/recv between two ranks (half a round trip). A point's time is
   the slowest rank's median.
 
-The α-β fit (formulas_and_anchors §6; :mod:`distperf.cost.collectives`): time = steps(n)·α +
+The α-β fit (chapter "The analytical framework", section on communication; :mod:`distperf.cost.collectives`): time = steps(n)·α +
 volume(n, M)/β with steps and volume of the ring algorithms (all-reduce 2(n − 1) steps and
 2(n − 1)/n·M bytes; all-gather and reduce-scatter n − 1 and (n − 1)/n·M; send 1 and M). The fit is
 linear in (α, 1/β); it is weighted least squares with weights 1/time, i.e. it minimises relative

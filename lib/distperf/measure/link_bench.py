@@ -26,10 +26,7 @@ import json
 import os
 import sys
 
-TAG = "DISTPERF_LAUNCH_TAG"
-
-
-def plan(world: int, ranks_per_node: int) -> list[tuple[str, str, list[int], tuple[int, int]]]:
+def measurements(world: int, ranks_per_node: int) -> list[tuple[str, str, list[int], tuple[int, int]]]:
     """[(collective, scope, group ranks, send peers)], in the order every rank runs them."""
     out = [("all-reduce", "inter", list(range(world)), (0, 0)),
            ("send", "inter", list(range(world)), (0, ranks_per_node))]
@@ -46,7 +43,7 @@ def measure(spec, sizes, reps: int, timeout: float) -> list[dict]:
     import tempfile
     import uuid
 
-    from ..commands.run import LaunchError, run_launchers
+    from ..launch import TAG, LaunchError, run_launchers
     from ..emulation.launch import torchrun_commands
     from ..emulation.topology import emulated
 
@@ -137,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")
     rows = []
-    for collective, scope, members, peers in plan(world, a.ranks_per_node):
+    for collective, scope, members, peers in measurements(world, a.ranks_per_node):
         group = dist.new_group(members) if len(members) < world else dist.group.WORLD
         for nbytes in (int(x) for x in a.sizes.split(",")):
             size, median = time_collective(collective, group, peers, nbytes, a.reps, device) \

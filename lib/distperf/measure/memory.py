@@ -16,7 +16,7 @@ Categories, in order of precedence (a storage keeps the highest it ever gets):
   are bucket views (``gradient_as_bucket_view=True``), counted once — and FSDP2's unsharded gradients
   from their accumulation until the reduce-scatter has consumed them.
 - ``optimizer_states``: tensors with at least one dimension in ``optimizer.state`` (Adam's two moments,
-  SGD's momentum): the cost model's 8Ψ / 4Ψ (conventions: bytes per parameter).
+  SGD's momentum): the cost model's 8Ψ / 4Ψ (:func:`distperf.cost.model_states.bytes_per_parameter`).
 - ``other``: storages that outlive the step but belong to none of the above: Adam's scalar step
   counters, module buffers.
 - ``activations``: storages autograd saves for the backward pass (seen by ``saved_tensors_hooks``),

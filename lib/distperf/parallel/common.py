@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -17,22 +16,6 @@ from torch.distributed.tensor import DTensor
 
 from ..config import Config, Training
 from ..model import lm_loss
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What a run needs besides the configuration."""
-
-    steps: int = 5
-    seed: int = 0
-    lr: float = 1e-3
-    bucket_mb: float = 25.0  # DDP gradient bucket (MiB): the "communication block size"
-    data: str = "synthetic"
-    device: str = "auto"
-    warmup: int = 1  # steps left out of the timing statistics
-    timeout_s: float = 300.0
-    measure: bool = False  # memory and communication steps after the timed ones (distperf.measure.steps)
-    mesh_order: str = "pp,dp,tp"  # placement of ranks on the mesh, slowest-varying first (parallel.mesh)
 
 
 def optimizer_class(training: Training):
@@ -69,7 +52,8 @@ def full_tensor(p: torch.Tensor) -> torch.Tensor:
     return p.detach().float().cpu().clone()
 
 
-def _storage_bytes(tensors) -> int:
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (a DTensor's local shard; views counted once)."""
     seen, total = set(), 0
     for t in tensors:
         t = local_tensor(t)
@@ -146,8 +130,8 @@ class Trainer(abc.ABC):
         grads = [p.grad for p in params if p.grad is not None]
         moments = [t for state in self.optimizer_states() for s in state.values() for t in s.values()
                    if isinstance(t, torch.Tensor) and t.dim() > 0]
-        return {"params": _storage_bytes(params), "grads": _storage_bytes(grads),
-                "optimizer": _storage_bytes(moments)}
+        return {"parameters": storage_bytes(params), "gradients": storage_bytes(grads),
+                "optimizer_states": storage_bytes(moments)}
 
 
 def split_rows(x: torch.Tensor, index: int, parts: int) -> torch.Tensor:

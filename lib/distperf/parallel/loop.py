@@ -23,10 +23,10 @@ from dataclasses import asdict
 import torch
 import torch.distributed as dist
 
-from ..config import Config
-from ..data import make_source
-from .common import RunOptions, Trainer
-from .mesh import build_mesh, init_distributed, resolve_device
+from ..config import Config, RunOptions
+from ..tokens import make_source
+from .common import Trainer
+from .mesh import build_mesh, init_distributed, rank_device
 
 
 def needs_distributed(cfg: Config) -> bool:
@@ -91,7 +91,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     if distributed:
         device = init_distributed(opts.device, opts.timeout_s)
     else:
-        device = resolve_device(opts.device)
+        device = rank_device(opts.device)
     torch.manual_seed(opts.seed)
     source = make_source(opts.data, cfg.model.vocab, cfg.model.seq, opts.seed)
     trainer = build_trainer(cfg, opts, device)

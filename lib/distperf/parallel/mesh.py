@@ -10,7 +10,7 @@ Order in which a trainer applies the parallelisms to its model part (as torchtit
 1. pipeline split: build only this rank's stage(s) (:func:`distperf.model.build_stage`);
 2. tensor (+ sequence) parallelism on the tp mesh (:mod:`distperf.parallel.tensor`);
 3. activation recomputation (:func:`distperf.model.set_recompute`);
-4. data parallelism / ZeRO on the dp mesh (:mod:`distperf.parallel.data`);
+4. data parallelism / ZeRO on the dp mesh (:mod:`distperf.parallel.data_parallel`);
 5. the pipeline schedule over the pp group (:mod:`distperf.parallel.pipeline`).
 """
 from __future__ import annotations
@@ -27,10 +27,12 @@ from ..config import ConfigError, Layout
 DIMS = ("pp", "dp", "tp")
 
 
-def resolve_device(kind: str, local_rank: int = 0) -> torch.device:
-    """``auto`` → CUDA if present, else CPU; ``cuda`` → this process's GPU (LOCAL_RANK)."""
-    if kind == "auto":
-        kind = "cuda" if torch.cuda.is_available() else "cpu"
+def rank_device(kind: str, local_rank: int = 0) -> torch.device:
+    """The torch device of this rank: ``kind`` (auto, cpu or cuda) resolved by
+    :func:`distperf.results.resolve_device`; on CUDA this process's GPU (LOCAL_RANK), made current."""
+    from ..results import resolve_device
+
+    kind = resolve_device(kind)
     if kind == "cuda":
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
@@ -45,7 +47,7 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> torch.de
         raise ConfigError("world_size", "this layout needs torch.distributed but no launcher set RANK and "
                                         "WORLD_SIZE; start it with python -m distperf run, torchrun or "
                                         "accelerate launch --multi_gpu")
-    dev = resolve_device(device, int(os.environ.get("LOCAL_RANK", 0)))
+    dev = rank_device(device, int(os.environ.get("LOCAL_RANK", 0)))
     if not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
         kwargs = {"device_id": dev} if dev.type == "cuda" else {}

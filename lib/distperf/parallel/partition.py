@@ -59,11 +59,13 @@ def balanced(layer_cost: list[float], first_extra: float, last_extra: float, sta
 
 def parameter_costs(spec: ModelSpec, pp: int) -> tuple[list[float], float, float]:
     """Parameters of each layer, of the first stage's embeddings and of the last stage's final
-    LayerNorm + head (its own copy of the token embedding when tied and pp > 1; conventions)."""
-    h, f = spec.hidden, spec.ffn
-    layer = 4 * h * h + 2 * h * f + 9 * h + f
-    embed = spec.vocab * h + spec.seq * h
-    head = 2 * h + (spec.vocab * h if (not spec.tied or pp > 1) else 0)
+    LayerNorm + head (its own copy of the token embedding when tied and pp > 1), as the cost model
+    counts them (:mod:`distperf.cost.parameters`)."""
+    from ..cost import parameters as par
+
+    layer = par.layer_parameters(spec.hidden, spec.ffn)
+    embed = par.embedding_parameters(spec.hidden, spec.vocab, spec.seq)
+    head = par.head_parameters(spec.hidden, spec.vocab, spec.tied, pp)
     return [float(layer)] * spec.layers, float(embed), float(head)
 
 

@@ -25,32 +25,16 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.nn.parallel import DistributedDataParallel
 
-from ..config import Config, ConfigError, stage_layers
+from ..config import Config, RunOptions, stage_layers
 from ..model import build_stage, lm_loss, set_recompute
-from .common import RunOptions, Trainer, _storage_bytes, full_tensor, local_tensor, make_optimizer, split_rows, unwrap
-from .data import apply_data_parallel, data_parallel_optimizer, optimizer_state
+from .common import Trainer, full_tensor, local_tensor, make_optimizer, split_rows, storage_bytes, unwrap
+from .data_parallel import apply_data_parallel, data_parallel_optimizer, optimizer_state
 from .mesh import end_group
+from .rules import check_pipeline
 from .tensor import apply_tensor_parallel
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}
+TORCH_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}
 
-
-def check_pipeline(cfg: Config) -> None:
-    """The rules torch's schedules and our 2BW impose beyond :func:`distperf.config.validate`, checked
-    before any process starts."""
-    lay = cfg.layout
-    m, pp = lay.microbatches, lay.pp
-    if lay.schedule == "pipedream":
-        raise ConfigError("schedule", "pipedream (one weight version per in-flight microbatch) has no trainer; "
-                                      "use gpipe, 1f1b, interleaved or 2bw")
-    if lay.schedule == "1f1b" and pp > 1 and m < pp:
-        raise ConfigError("microbatches", f"1f1b needs microbatches >= pp (m={m} < pp={pp}; torch Schedule1F1B)")
-    if lay.schedule == "interleaved" and m % max(1, m // pp):
-        raise ConfigError("microbatches", f"interleaved needs m divisible by max(1, m // pp) = {max(1, m // pp)} "
-                                          f"(m={m}, pp={pp}; torch ScheduleInterleaved1F1B)")
-    if lay.schedule == "2bw":
-        if lay.zero:
-            raise ConfigError("zero", "2bw keeps its own two weight versions per stage; it needs zero 0")
 
 
 class _Stage(PipelineStage):
@@ -102,7 +86,7 @@ class PipelineTrainer(Trainer):
             return
         self.parts = [apply_data_parallel(p, cfg, mesh["dp"], opts.bucket_mb, device) for p in self.parts]
         stages = [_Stage(p, s, lay.stages, device, group=pp_group) for p, s in zip(self.parts, self.stage_ids)]
-        cls = SCHEDULES[lay.schedule]
+        cls = TORCH_SCHEDULES[lay.schedule]
         # Gradients are averaged over the microbatches here, not by the schedule (scale_grads): torch
         # scales submod.parameters(), which misses tensor-parallel parameters under DDP (torch's TP + DDP
         # composition re-registers them as plain attributes).
@@ -173,6 +157,6 @@ class PipelineTrainer(Trainer):
         out = super().model_state_bytes()
         if self.twobw is not None:  # both weight versions
             versions = [p for buffer in self.twobw.weight_buffers() for p in buffer.values()]
-            out["params"] = _storage_bytes(versions)
-            out["grads"] = _storage_bytes([p.grad for p in versions if p.grad is not None])
+            out["parameters"] = storage_bytes(versions)
+            out["gradients"] = storage_bytes([p.grad for p in versions if p.grad is not None])
         return out

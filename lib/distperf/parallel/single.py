@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Config
+from ..config import Config, RunOptions
 from ..model import build_model, set_recompute
-from .common import RunOptions, Trainer, accumulated_step, make_optimizer
+from .common import Trainer, accumulated_step, make_optimizer
 
 
 class SingleDeviceTrainer(Trainer):

@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from ..config import Config
+from ..config import Config, RunOptions
 from ..model import build_model, set_recompute
-from .common import RunOptions, Trainer, accumulated_step, split_rows
-from .data import apply_data_parallel, data_parallel_optimizer, gradient_sync, optimizer_state
+from .common import Trainer, accumulated_step, split_rows
+from .data_parallel import apply_data_parallel, data_parallel_optimizer, gradient_sync, optimizer_state
 from .tensor import apply_tensor_parallel
 
 

@@ -5,7 +5,7 @@ its schedules (GPipe, 1F1B, interleaved, zero-bubble) all flush the pipeline and
 version per stage. The order of work comes from :mod:`distperf.parallel.twobw_schedule`; this module
 executes it. Communication follows picotron's helpers (isend/irecv between neighbouring stages).
 
-Weight versions (paper §3.1; ``shared/research/pipedream_2bw.md`` §2): each stage keeps two buffers
+Weight versions (paper §3.1; the released code's ``pipedream_2bw`` branch): each stage keeps two buffers
 of its parameters. Batch t runs, forward and backward, on buffer t mod 2, which then holds version
 max(t − 1, 0). Update t (after the stage's last backward of batch t) copies the other buffer —
 version t, still used by the in-flight microbatches of batch t + 1 — into buffer t mod 2 and lets the

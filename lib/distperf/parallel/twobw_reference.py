@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Config
-from ..data import make_source
+from ..config import Config, RunOptions
+from ..tokens import make_source
 from ..model import build_model, lm_loss
-from .common import RunOptions, make_optimizer, split_rows
+from .common import make_optimizer, split_rows
 
 
 def simulate_2bw(cfg: Config, opts: RunOptions) -> dict:

@@ -4,7 +4,7 @@ draw and count it; :class:`~distperf.parallel.twobw.TwoBWPipeline` executes exac
 
 Source: Narayanan et al., *Memory-Efficient Pipeline-Parallel DNN Training*, arXiv 2006.09503, §3.1
 and Fig. 2; the stage loop of ``forward_backward_pipelining_no_flushes`` in msr-fiddle/pipedream
-(branch ``pipedream_2bw``). See ``shared/research/pipedream_2bw.md`` §2.
+(branch ``pipedream_2bw``).
 
 - 1F1B order: stage r (0-indexed, d stages) first runs ``W_r = min(d − r − 1, m)`` warm-up forwards,
   then alternates one forward and one backward (of the oldest microbatch in flight).

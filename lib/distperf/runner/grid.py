@@ -29,18 +29,18 @@ Flag names may be written with dashes or underscores (``micro_batch``); ``true``
 value is checked against that command's own parser and configuration rules before anything runs;
 bad input raises :class:`~distperf.config.ConfigError` naming the YAML field (``grid.dp``) and the rule.
 Relative paths in an argv ``command`` are relative to the experiment file; ``{python}`` stands for
-this interpreter.
+this interpreter. A notebook describes the same thing as a dictionary and hands it to
+:meth:`Experiment.from_dict` (with ``name``, and the folder its commands run in) instead of writing a file.
 """
 from __future__ import annotations
 
 import argparse
 import difflib
 import hashlib
-import importlib
 import itertools
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import ConfigError
@@ -68,7 +68,7 @@ class Configuration:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def flags(self) -> list[str]:
-        return flags_of(self.params, _parser_for(self.command))
+        return flags_of(self.params, parser_for(self.command))
 
     def label(self, varying: list[str]) -> str:
         parts = [f"{k}={self.params[k]}" for k in varying if k in self.params]
@@ -78,8 +78,12 @@ class Configuration:
 
 @dataclass(frozen=True)
 class Experiment:
+    """An experiment: its grid of configurations, checked. Build one with :meth:`from_dict` (a notebook's
+    dictionary) or :func:`load` (a YAML file); both go through the same checks."""
+
     name: str
-    path: Path
+    source: str  # where it was described, for messages: the file's name, or "experiment <name>"
+    workdir: Path  # where its commands run; relative paths in an argv command are relative to it
     command: tuple
     base: dict
     env: dict
@@ -95,9 +99,23 @@ class Experiment:
     def varying(self) -> list[str]:
         return list(self.grid)
 
+    @classmethod
+    def from_dict(cls, data: dict, workdir: str | Path = ".", source: str | None = None) -> "Experiment":
+        """Check an experiment given as a dictionary (the keys of an experiment file; ``name`` required
+        unless ``source`` names a file) and expand its grid; raise ConfigError naming the field and the rule."""
+        if not isinstance(data, dict):
+            raise ConfigError("experiment", f"{source or 'the experiment'}: must hold a mapping with keys "
+                                            f"{', '.join(TOP_KEYS)}")
+        source = source or f"experiment {data.get('name', '?')}"
+        exp = _validate(*_parse(data, source, Path(workdir)))
+        exp.configurations.extend(expand(exp))
+        if not exp.configurations:
+            raise _err(source, "exclude", "leaves no configuration to run")
+        return exp
 
-def _err(path: Path, where: str, rule: str) -> ConfigError:
-    return ConfigError(f"{path.name}: {where}", rule)
+
+def _err(source: str, where: str, rule: str) -> ConfigError:
+    return ConfigError(f"{source}: {where}", rule)
 
 
 def _canonical(key: str) -> str:
@@ -112,14 +130,16 @@ class _RaisingParser(argparse.ArgumentParser):
 _PARSERS: dict = {}
 
 
-def _parser_for(command: tuple):
-    """The argparse parser of a distperf command (None for a foreign command)."""
+def parser_for(command: tuple):
+    """The argparse parser of a distperf command, with the flags that command declares
+    (:data:`distperf.flags.COMMAND_ARGUMENTS`); None for a foreign command."""
+    from ..flags import COMMAND_ARGUMENTS
+
     if command[:1] != ("distperf",):
         return None
     if command not in _PARSERS:
-        module = importlib.import_module(f"distperf.commands.{command[1]}")
         parser = _RaisingParser(prog=f"distperf {command[1]}", add_help=False, exit_on_error=False)
-        module.add_arguments(parser)
+        COMMAND_ARGUMENTS[command[1]](parser)
         _PARSERS[command] = parser
     return _PARSERS[command]
 
@@ -144,12 +164,12 @@ def flags_of(params: dict, parser) -> list[str]:
     return out
 
 
-def _check_value(path, where, value):
+def _check_value(source, where, value):
     if not isinstance(value, Scalar) or value is None:
-        raise _err(path, where, f"must be a single number, string or boolean, got {value!r}")
+        raise _err(source, where, f"must be a single number, string or boolean, got {value!r}")
 
 
-def _check_flag(path, where, name, value, parser) -> None:
+def _check_flag(source, where, name, value, parser) -> None:
     """Is ``--name`` a flag of the command, and can it take ``value``?"""
     if parser is None:
         return
@@ -158,16 +178,17 @@ def _check_flag(path, where, name, value, parser) -> None:
         known = sorted(k for k in actions if k not in RESERVED_FLAGS and not k.startswith("no-"))
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(known)}"
-        raise _err(path, where, f"{name!r} is not a flag of `distperf {parser.prog.split()[-1]}`{hint}")
+        raise _err(source, where, f"{name!r} is not a flag of `distperf {parser.prog.split()[-1]}`{hint}")
     action = actions[name]
     switch = action.nargs == 0
     if isinstance(value, bool) != switch:
         kind = "true or false (a switch)" if switch else "a value, not true/false"
-        raise _err(path, where, f"must be {kind}, got {value!r}")
+        raise _err(source, where, f"must be {kind}, got {value!r}")
 
 
 def load(path: str | Path) -> Experiment:
-    """Read and check an experiment file; raise ConfigError naming the field and the rule."""
+    """Read an experiment file (YAML) and check it (:meth:`Experiment.from_dict`; the name defaults to the
+    file's stem, and the commands run in the file's folder)."""
     import yaml
 
     path = Path(path)
@@ -179,103 +200,111 @@ def load(path: str | Path) -> Experiment:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise ConfigError("experiment", f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("experiment", f"{path}: must hold a mapping with keys {', '.join(TOP_KEYS)}")
+    if isinstance(data, dict):
+        data = {"name": path.stem, **data}
+    return Experiment.from_dict(data, workdir=path.parent, source=path.name)
+
+
+def _parse(data: dict, source: str, workdir: Path) -> tuple[Experiment, dict]:
+    """Check the shape of every key (types, names, value ranges) and canonicalise flag names; return the
+    experiment without configurations and, for each flag of base and grid, the field that set it (for
+    :func:`_validate`'s messages)."""
     unknown = [k for k in data if k not in TOP_KEYS]
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), TOP_KEYS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(TOP_KEYS)}"
-        raise _err(path, str(unknown[0]), f"unknown key{hint}")
-
-    name = data.get("name", path.stem)
+        raise _err(source, str(unknown[0]), f"unknown key{hint}")
+    name = data.get("name")
     if not isinstance(name, str) or not name or any(c in name for c in "/\\") or name.startswith("."):
-        raise _err(path, "name", f"must be a non-empty file name without slashes, got {name!r}")
-    command = _command(path, data.get("command", "run"))
-    parser = _parser_for(command)
-
+        raise _err(source, "name", f"must be a non-empty file name without slashes, got {name!r}")
     timeout = data.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise _err(path, "timeout", f"must be a positive number of seconds, got {timeout!r}")
+        raise _err(source, "timeout", f"must be a positive number of seconds, got {timeout!r}")
     scale = data.get("scale")
     if scale is not None:
         from ..results import SCALES
 
         if scale not in SCALES:
-            raise _err(path, "scale", f"must be one of {', '.join(SCALES)}, got {scale!r}")
+            raise _err(source, "scale", f"must be one of {', '.join(SCALES)}, got {scale!r}")
     skip_invalid = data.get("skip_invalid", False)
     if not isinstance(skip_invalid, bool):
-        raise _err(path, "skip_invalid", f"must be true or false, got {skip_invalid!r}")
+        raise _err(source, "skip_invalid", f"must be true or false, got {skip_invalid!r}")
 
-    base = {}
+    base, fields = {}, {}
     if data.get("network") is not None:
         if not isinstance(data["network"], str):
-            raise _err(path, "network", f"must be a string like nodes=2,ranks_per_node=1,inter=200mbit, "
-                                        f"got {data['network']!r}")
-        _check_flag(path, "network", "network", data["network"], parser)
-        base["network"] = data["network"]
-    for key, value in _mapping(path, "base", data.get("base", {})).items():
+            raise _err(source, "network", f"must be a string like nodes=2,ranks_per_node=1,inter=200mbit, "
+                                          f"got {data['network']!r}")
+        base["network"], fields["network"] = data["network"], "network"
+    for key, value in _mapping(source, "base", data.get("base", {})).items():
         flag = _canonical(str(key))
         if flag in base:
-            raise _err(path, f"base.{key}", f"{flag!r} is also set at the top level; set it in one place")
+            raise _err(source, f"base.{key}", f"{flag!r} is also set at the top level; set it in one place")
         if isinstance(value, (list, dict)):
-            raise _err(path, f"base.{key}", "must be a single value (lists of values go in grid)")
-        _check_value(path, f"base.{key}", value)
-        _check_flag(path, f"base.{key}", flag, value, parser)
-        base[flag] = value
+            raise _err(source, f"base.{key}", "must be a single value (lists of values go in grid)")
+        _check_value(source, f"base.{key}", value)
+        base[flag], fields[flag] = value, f"base.{key}"
     env = {}
-    for key, value in _mapping(path, "env", data.get("env", {})).items():
-        _check_value(path, f"env.{key}", value)
+    for key, value in _mapping(source, "env", data.get("env", {})).items():
+        _check_value(source, f"env.{key}", value)
         env[str(key)] = _env_value(value)
 
     grid = {}
-    for key, values in _mapping(path, "grid", data.get("grid", {})).items():
+    for key, values in _mapping(source, "grid", data.get("grid", {})).items():
         where = f"grid.{key}"
         if not isinstance(values, list) or not values:
-            raise _err(path, where, f"must be a non-empty list of values, got {values!r}")
+            raise _err(source, where, f"must be a non-empty list of values, got {values!r}")
         for v in values:
-            _check_value(path, where, v)
+            _check_value(source, where, v)
         if len({json.dumps(v) for v in values}) != len(values):
-            raise _err(path, where, f"lists a value twice: {values!r}")
+            raise _err(source, where, f"lists a value twice: {values!r}")
         key = str(key)
         if key.startswith("env."):
             grid[key] = [_env_value(v) for v in values]
             continue
         flag = _canonical(key)
         if flag in base:
-            raise _err(path, where, f"{flag!r} is also set in base; set it in one place")
-        for v in values:
-            _check_flag(path, where, flag, v, parser)
-        grid[flag] = values
+            raise _err(source, where, f"{flag!r} is also set in base; set it in one place")
+        grid[flag], fields[flag] = list(values), where
 
     exclude = []
     raw_exclude = data.get("exclude", [])
     if not isinstance(raw_exclude, list):
-        raise _err(path, "exclude", f"must be a list of mappings, got {raw_exclude!r}")
+        raise _err(source, "exclude", f"must be a list of mappings, got {raw_exclude!r}")
     for i, entry in enumerate(raw_exclude):
-        entry = _mapping(path, f"exclude[{i}]", entry)
+        entry = _mapping(source, f"exclude[{i}]", entry)
         rule = {}
         for key, value in entry.items():
             key = str(key) if str(key).startswith("env.") else _canonical(str(key))
             if key not in grid:
-                raise _err(path, f"exclude[{i}].{key}", f"is not a key of grid ({', '.join(grid) or 'empty'})")
+                raise _err(source, f"exclude[{i}].{key}", f"is not a key of grid ({', '.join(grid) or 'empty'})")
             values = value if isinstance(value, list) else [value]
             rule[key] = [_env_value(v) if key.startswith("env.") else v for v in values]
         exclude.append(rule)
 
-    exp = Experiment(name=name, path=path, command=command, base=base, env=env, grid=grid, exclude=exclude,
-                     timeout=timeout, scale=scale, skip_invalid=skip_invalid,
-                     description=str(data.get("description", "")))
-    exp.configurations.extend(expand(exp))
-    if not exp.configurations:
-        raise _err(path, "exclude", "leaves no configuration to run")
+    command = _command(source, workdir, data.get("command", "run"))
+    return Experiment(name=name, source=source, workdir=workdir, command=command, base=base, env=env, grid=grid,
+                      exclude=exclude, timeout=timeout, scale=scale, skip_invalid=skip_invalid,
+                      description=str(data.get("description", ""))), fields
+
+
+def _validate(exp: Experiment, fields: dict) -> Experiment:
+    """Check every flag of base and grid against the command's own parser."""
+    parser = parser_for(exp.command)
+    for flag, value in exp.base.items():
+        _check_flag(exp.source, fields[flag], flag, value, parser)
+    for flag, values in exp.grid.items():
+        if not flag.startswith("env."):
+            for v in values:
+                _check_flag(exp.source, fields[flag], flag, v, parser)
     return exp
 
 
-def _mapping(path, where, value) -> dict:
+def _mapping(source, where, value) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _err(path, where, f"must be a mapping, got {value!r}")
+        raise _err(source, where, f"must be a mapping, got {value!r}")
     return value
 
 
@@ -285,21 +314,21 @@ def _env_value(value) -> str:
     return str(value)
 
 
-def _command(path: Path, value) -> tuple:
+def _command(source: str, workdir: Path, value) -> tuple:
     if isinstance(value, str):
         if value not in DISTPERF_COMMANDS:
-            raise _err(path, "command", f"must be one of {', '.join(DISTPERF_COMMANDS)} or a list (an argv), "
-                                        f"got {value!r}")
+            raise _err(source, "command", f"must be one of {', '.join(DISTPERF_COMMANDS)} or a list (an argv), "
+                                          f"got {value!r}")
         return ("distperf", value)
     if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
         argv = []
         for v in value:
             v = v.replace("{python}", sys.executable)
-            if not v.startswith("-") and (path.parent / v).exists():
-                v = str((path.parent / v).resolve())
+            if not v.startswith("-") and (workdir / v).exists():
+                v = str((workdir / v).resolve())
             argv.append(v)
         return tuple(argv)
-    raise _err(path, "command", f"must be a distperf command name or a non-empty list of strings, got {value!r}")
+    raise _err(source, "command", f"must be a distperf command name or a non-empty list of strings, got {value!r}")
 
 
 def _excluded(exp: Experiment, point: dict) -> bool:
@@ -321,7 +350,7 @@ def expand(exp: Experiment) -> list[Configuration]:
         problem = check_configuration(cfg)
         if problem:
             if not exp.skip_invalid:
-                raise _err(exp.path, f"grid configuration {cfg.label(keys)}",
+                raise _err(exp.source, f"grid configuration {cfg.label(keys)}",
                            f"{problem} (leave it out with exclude, or set skip_invalid: true)")
             cfg = Configuration(params=params, env=env, command=exp.command, invalid=problem)
         out.append(cfg)
@@ -330,7 +359,9 @@ def expand(exp: Experiment) -> list[Configuration]:
 
 def check_configuration(cfg: Configuration) -> str:
     """'' if the command accepts the configuration, else the rule it breaks (one line)."""
-    parser = _parser_for(cfg.command)
+    from ..flags import config_and_policy, config_from_args, options_from_args
+
+    parser = parser_for(cfg.command)
     if parser is None:
         return ""
     try:
@@ -340,7 +371,7 @@ def check_configuration(cfg: Configuration) -> str:
     try:
         if cfg.command[1] == "run":
             from ..emulation.spec import check_world_size, parse
-            from ..train import check_run, config_and_policy, options_from_args
+            from ..parallel.rules import check_run
 
             run_cfg = config_and_policy(args)[0]
             check_run(run_cfg, options_from_args(args))
@@ -348,8 +379,6 @@ def check_configuration(cfg: Configuration) -> str:
                 check_world_size(parse(args.network, inter_optional=bool(args.network_like)),
                                  run_cfg.layout.world_size)
         else:
-            from ..cli_args import config_from_args
-
             config_from_args(args)
     except ConfigError as e:
         return str(e)
@@ -359,8 +388,6 @@ def check_configuration(cfg: Configuration) -> str:
 def with_network(exp: Experiment, network: str) -> Experiment:
     """``sweep --network SPEC``: every configuration that sets no network of its own runs on ``SPEC``
     (its hash changes with it); each is checked again, as :func:`expand` does."""
-    from dataclasses import replace
-
     if exp.command[:1] != ("distperf",) or exp.command[1] != "run":
         raise ConfigError("network", "needs an experiment whose command is run")
     configurations = []

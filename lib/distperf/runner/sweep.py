@@ -40,7 +40,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..processes import tagged_processes
+from ..launch import kill_tagged
 from ..results import PROVENANCE_COLUMNS, provenance, write_csv_atomic
 from .grid import Configuration, Experiment
 
@@ -83,10 +83,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def _tagged(tag: str) -> list[int]:
-    return tagged_processes(TAG, tag)
-
-
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -103,15 +99,9 @@ def stop(proc: subprocess.Popen, tag: str, grace: float = 3.0) -> None:
         except subprocess.TimeoutExpired:
             pass
     _signal_group(proc.pid, signal.SIGKILL)
-    for pid in _tagged(tag):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tagged(TAG, tag, wait_s=0.0)
     proc.wait()
-    deadline = time.monotonic() + 5.0
-    while _tagged(tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    kill_tagged(TAG, tag)
 
 
 def _parse_json(text: str) -> dict | None:
@@ -224,7 +214,8 @@ def make_row(exp: Experiment, cfg: Configuration, outcome: Outcome, prov: dict) 
     return row
 
 
-def _read_rows(path: Path) -> list[dict]:
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a sweep table (none if it does not exist); ConfigError('out') if it is not one."""
     import pandas as pd
 
     from ..config import ConfigError
@@ -264,7 +255,7 @@ def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool 
     and ``done``: those already done."""
     timeout = timeout or exp.timeout or DEFAULT_TIMEOUT
     prov = provenance(device_of(exp, device))
-    rows = _read_rows(out)
+    rows = read_rows(out)
     index = {_key(r): i for i, r in enumerate(rows)}
     done = {k for k, i in index.items() if rows[i].get("status") == "ok"} if not force else set()
     todo = [c for c in exp.configurations if (c.hash, prov["machine"]) not in done]
@@ -280,7 +271,7 @@ def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool 
             elif skip:
                 outcome = skip
             else:
-                outcome = run_configuration(cfg, timeout, exp.path.parent)
+                outcome = run_configuration(cfg, timeout, exp.workdir)
             row = make_row(exp, cfg, outcome, prov)
             key = _key(row)
             if key in index:

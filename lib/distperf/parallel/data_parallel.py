@@ -8,7 +8,7 @@
 | 3 | FSDP2 ``fully_shard(reshard_after_forward=True)`` | the same, parameters gathered again for backward |
 
 ZeRO-2 through FSDP2 therefore also shards the parameters at rest (between steps), unlike the
-ZeRO paper's stage 2; the conventions of the cost model (../shared/conventions) follow FSDP2.
+ZeRO paper's stage 2; the cost model (:mod:`distperf.cost.model_states`) follows FSDP2.
 DDP uses ``gradient_as_bucket_view=True``, so the gradients live in the communication buckets and
 are not stored twice. A module that already carries tensor-parallel DTensors goes through torch's
 ``_pre_dp_module_transform`` before DDP (torch's documented TP + DDP composition); FSDP2 composes with

@@ -22,7 +22,8 @@ import sys
 
 import torch
 
-SOURCES = ("synthetic", "text")
+from .config import DATA_SOURCES
+
 
 
 def _generator(seed: int, *keys) -> torch.Generator:
@@ -103,4 +104,4 @@ def make_source(kind: str, vocab: int, seq: int, seed: int = 0):
         if vocab < 256:
             raise ValueError(f"the byte-level text needs vocab >= 256, got {vocab}")
         return TextCorpus(seq, seed)
-    raise ValueError(f"data must be one of {', '.join(SOURCES)}, got {kind!r}")
+    raise ValueError(f"data must be one of {', '.join(DATA_SOURCES)}, got {kind!r}")

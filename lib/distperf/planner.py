@@ -39,8 +39,8 @@ from .config import Config, ConfigError, Layout, ModelSpec, Training, validate
 from .cost import predict
 from .hardware import Hardware
 
-SCHEDULES = ("2bw", "1f1b", "gpipe")
-RECOMPUTE = ("none", "full")
+PLANNED_SCHEDULES = ("2bw", "1f1b", "gpipe")
+PLANNED_RECOMPUTE = ("none", "full")
 STRATEGIES = ("pipeline", "data-parallel", "tensor-parallel")
 
 
@@ -69,8 +69,8 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def candidates(model: ModelSpec, gpus: int, max_micro_batch: int = 64, schedules=SCHEDULES,
-               recompute=RECOMPUTE, baselines: bool = True) -> list[Candidate]:
+def candidates(model: ModelSpec, gpus: int, max_micro_batch: int = 64, schedules=PLANNED_SCHEDULES,
+               recompute=PLANNED_RECOMPUTE, baselines: bool = True) -> list[Candidate]:
     """The search space (see the module docstring), pipelines first, in a fixed order."""
     sizes = [1 << i for i in range(max_micro_batch.bit_length()) if 1 << i <= max_micro_batch]
     found = []
@@ -114,7 +114,7 @@ def check_inputs(model: ModelSpec, gpus: int, global_batch: int, memory_limit: f
 
 def plan(model: ModelSpec, gpus: int, hw: Hardware, global_batch: int, memory_limit: float | None = None,
          gpus_per_node: int | None = None, node_bandwidth: float | None = None, precision: str = "mixed",
-         optimizer: str = "adam", max_micro_batch: int = 64, schedules=SCHEDULES, recompute=RECOMPUTE,
+         optimizer: str = "adam", max_micro_batch: int = 64, schedules=PLANNED_SCHEDULES, recompute=PLANNED_RECOMPUTE,
          baselines: bool = True, layer_times: dict | None = None) -> dict:
     """Rank every candidate by predicted throughput; returns ``{"plans": [...], "rejected": [...]}``.
 

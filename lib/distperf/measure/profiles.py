@@ -1,0 +1,138 @@
+"""Which hardware profile and which layer times a run's prediction uses (``run --hardware``).
+
+Chosen after the run, so that nothing here disturbs its timing:
+
+- a preset name, or a profile file (``python -m distperf calibrate`` writes one): used as given;
+- ``auto`` (the default): ``data/fresh/<scale>/hardware.json``, else ``hardware-<T>threads.json`` next to
+  it, if it was calibrated at the thread count T of the run's ranks (a CPU rank with one thread runs
+  matrix products at about half the rate of one with two; on CUDA any profile of the GPU serves);
+  otherwise a quick calibration of this machine now (``calibrate --quick`` at T threads, collectives on
+  the run's number of ranks; a few seconds, not saved);
+- ``none``: no prediction.
+
+Profiled layer times (for the prediction with compute from measured per-layer forward and backward times)
+come from the calibration sidecar when it holds this model (same hidden size, heads, ffn, vocabulary,
+sequence, dropout), this micro-batch and thread count, else they are measured now (quick). They are fp32:
+with mixed precision there are none.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..config import Config, ConfigError
+
+SPEC_FIELDS = ("hidden", "heads", "ffn", "vocab", "seq", "dropout", "arch")
+
+
+def read_sidecar(profile: Path) -> dict | None:
+    """The calibration's measurements next to a profile (:func:`distperf.measure.calibrate.sidecar_path`), or None."""
+    from .calibrate import sidecar_path
+
+    path = sidecar_path(profile)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def threads_match(side: dict | None, threads: int | None) -> bool:
+    """Whether a profile was calibrated at ``threads`` threads (unknown on either side counts as yes)."""
+    return threads is None or side is None or side.get("threads") == threads
+
+
+def auto_profiles(threads: int | None) -> list[Path]:
+    """Where ``auto`` looks for a profile of this machine, in order."""
+    from ..results import book_scale, fresh_dir
+
+    base = fresh_dir(book_scale())
+    return [base / "hardware.json"] + ([base / f"hardware-{threads}threads.json"] if threads else [])
+
+
+def choose_hardware(choice: str, threads: int | None, world_size: int, device: str, spec, micro_batch: int):
+    """(Hardware or None, sidecar or None, source dict) for ``--hardware choice``."""
+    from ..hardware import PRESETS, hardware
+
+    if choice == "none":
+        return None, None, {"choice": choice, "kind": "none"}
+    if choice != "auto":
+        hw = hardware(choice)  # ConfigError('hardware', …) if neither a preset nor a file
+        if choice in PRESETS:
+            return hw, None, {"choice": choice, "kind": "preset", "name": hw.name}
+        side = read_sidecar(Path(choice))
+        source = {"choice": choice, "kind": "profile", "path": str(Path(choice).resolve()),
+                  "threads": side.get("threads") if side else None, "quick": side.get("quick") if side else None}
+        if not threads_match(side, threads):
+            source["note"] = (f"calibrated at {side.get('threads')} thread(s), the ranks ran {threads}: "
+                              "matrix-product rates and layer times do not apply as measured")
+        return hw, side, source
+    from ..hardware import load_profile
+
+    for path in auto_profiles(threads if device == "cpu" else None):
+        if path.is_file():
+            side = read_sidecar(path)
+            if device != "cpu" or threads_match(side, threads):
+                return load_profile(path), side, {"choice": "auto", "kind": "profile", "path": str(path),
+                                                  "threads": side.get("threads") if side else None,
+                                                  "quick": side.get("quick") if side else None}
+    return quick_calibration(threads, world_size, device, spec, micro_batch)
+
+
+def quick_calibration(threads: int | None, world_size: int, device: str, spec, micro_batch: int):
+    """Calibrate this machine now, quickly, at the ranks' thread count (not saved)."""
+    import torch
+
+    from .calibrate import calibrate
+
+    before = torch.get_num_threads()
+    try:
+        hw, side = calibrate(quick=True, models=(spec,), micro_batches=(micro_batch,), ranks=max(2, world_size),
+                             threads=threads, device=device, log=lambda msg: None)
+    finally:
+        torch.set_num_threads(before)
+    side.pop("collectives", None)
+    return hw, side, {"choice": "auto", "kind": "quick calibration",
+                      "note": f"no profile of this machine at {threads} thread(s) in {auto_profiles(threads)[0].parent}; "
+                              "calibrated now with calibrate --quick (not saved)", "threads": side["threads"],
+                      "quick": True}
+
+
+def layer_times_for(cfg: Config, side: dict | None, threads: int | None, device: str) -> tuple[dict | None, str]:
+    """({part: (forward_s, backward_s)}, where they come from) for this model and micro-batch, from
+    the sidecar when it has them, else measured now; (None, reason) when they cannot serve."""
+    if cfg.training.precision != "fp32":
+        return None, "profiled layer times are fp32; this run is mixed precision"
+    spec, b = cfg.model, cfg.layout.micro_batch
+    rows = [r for r in (side or {}).get("layers", []) if r.get("micro_batch") == b
+            and all(r.get(f, getattr(spec, f)) == getattr(spec, f) for f in SPEC_FIELDS)
+            and (r.get("threads", side.get("threads")) == threads or threads is None)
+            and (r.get("model") == spec.name or "heads" in r)]
+    times = {r["part"]: (r["forward_s"], r["backward_s"]) for r in rows}
+    if {"layer", "embedding", "head"} <= set(times):
+        return times, "calibration sidecar"
+    import torch
+
+    from .calibrate import layer_times
+
+    before = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        rows = layer_times(spec, (b,), device, min_run_time=0.05)
+    finally:
+        torch.set_num_threads(before)
+    return {r["part"]: (r["forward_s"], r["backward_s"]) for r in rows}, \
+        f"measured now (quick, {threads or before} thread(s)): the calibration has none for this model and micro-batch"
+
+
+def check_choice(choice: str) -> None:
+    """Refuse a --hardware value that is neither auto, none, a preset nor a readable profile, before any run."""
+    from ..hardware import PRESETS, load_profile
+
+    if choice in ("auto", "none") or choice in PRESETS:
+        return
+    if not os.path.isfile(choice):
+        raise ConfigError("hardware", f"{choice!r} is neither auto, none, a preset ({', '.join(PRESETS)}) "
+                                      "nor a profile file")
+    load_profile(choice)

@@ -1,0 +1,30 @@
+"""Sizes and durations as people write them: ``16GiB`` in, ``1.50 GiB`` and ``12.000 ms`` out."""
+from __future__ import annotations
+
+import re
+
+from .config import ConfigError
+
+SIZE_UNITS = {"": 2**30, "gib": 2**30, "gb": 1e9, "mib": 2**20, "mb": 1e6, "b": 1}
+
+
+def parse_size(text: str, field: str = "memory_limit") -> float:
+    """``16GiB``, ``16GB``, ``500MiB``, ``12e9B``; a bare number is GiB. ConfigError(field) otherwise."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
+    if not match or match.group(2) not in SIZE_UNITS or float(match.group(1)) <= 0:
+        raise ConfigError(field, f"must be a positive size such as 16GiB, 16GB or 500MiB, got {text!r}")
+    return float(match.group(1)) * SIZE_UNITS[match.group(2)]
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def format_seconds(x: float) -> str:
+    for unit, size in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(x) >= size:
+            return f"{x / size:,.3f} {unit}"
+    return f"{x * 1e9:,.1f} ns" if x else "0 s"
