@@ -20,6 +20,10 @@ OPTIMIZERS = ("adam", "sgd")
 DATA_SOURCES = ("synthetic", "text")  # distperf.tokens
 DEVICES = ("auto", "cpu", "cuda")
 MESH_ORDERS = ("pp,dp,tp", "dp,pp,tp")  # distperf.parallel.mesh
+# Memory by category, the same names in the cost model, the trainers, the measurement and the book:
+MODEL_STATES = ("parameters", "gradients", "optimizer_states")
+MEMORY_CATEGORIES = MODEL_STATES + ("activations",)
+COMMUNICATION_KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
 DDP_BUCKET_MB = 25  # torch DDP's bucket_cap_mb default (MiB): the default communication block size
 
 

@@ -61,18 +61,33 @@ def category_bars(frame, label: str, category: str, measured: str, predicted: st
     return fig
 
 
-def per_machine(frame, draw, size=(11.0, 3.8)):
-    """One row of panels per machine in ``frame`` (this build's first, then reference machines), each titled with
-    its device: ``draw(subfigure, rows)`` draws one machine's rows into a matplotlib sub-figure. With one machine
-    it is the plain figure of ``size``; results of a second machine (a GPU's reference data) appear below it."""
+def machine_panels(frame, size=(11.0, 3.8)):
+    """The figure, and one (sub-figure, rows) per machine in ``frame`` (this build's first, then reference
+    machines), each titled with its device, to draw one machine's rows into. With one machine the sub-figure is
+    the plain figure of ``size``; results of a second machine (a GPU's reference data) appear below it::
+
+        fig, panels = plots.machine_panels(frame)
+        for sub, rows in panels:
+            ax = sub.subplots()
+            ...
+    """
     from .book import machines
 
     names = machines(frame)
     fig = plt.figure(figsize=(size[0], size[1] * len(names)), layout="constrained")
     subs = fig.subfigures(len(names), 1, squeeze=False)[:, 0] if len(names) > 1 else [fig]
+    panels = []
     for sub, name in zip(subs, names):
         rows = frame[frame["machine"] == name]
-        draw(sub, rows)
         if len(names) > 1:
             sub.suptitle(f"{rows['device_name'].iloc[0]} ({name})", fontsize="medium", fontweight="bold")
+        panels.append((sub, rows))
+    return fig, panels
+
+
+def per_machine(frame, draw, size=(11.0, 3.8)):
+    """:func:`machine_panels` with ``draw(subfigure, rows)`` called for each machine; returns the figure."""
+    fig, panels = machine_panels(frame, size)
+    for sub, rows in panels:
+        draw(sub, rows)
     return fig

@@ -145,31 +145,3 @@ def signed_error(predicted, measured):
         return float((predicted - measured) / measured)
     return (predicted - measured) / measured
 
-
-def config_of_row(row):
-    """The :class:`~distperf.config.Config` a ``run --json`` result row trained, rebuilt from its flattened
-    ``config.<section>.<field>`` columns (a sweep's CSV), each value cast back to its field's type whatever
-    dtype the table gave it (a failed row turns integer columns into floats; booleans come back as text)."""
-    import json
-    from dataclasses import fields
-
-    from .config import Config, Layout, ModelSpec, Training
-
-    def cast(value, like):
-        if isinstance(like, bool):
-            return value if isinstance(value, bool) else str(value) == "True"
-        if isinstance(like, int):
-            return int(value)
-        if isinstance(like, float):
-            return float(value)
-        if isinstance(like, tuple):
-            return tuple(json.loads(value)) if isinstance(value, str) else tuple(value)
-        return str(value)
-
-    def section(name, cls):
-        default = cls()
-        return cls(**{f.name: cast(row[f"config.{name}.{f.name}"], getattr(default, f.name))
-                      for f in fields(cls) if f"config.{name}.{f.name}" in row.index})
-
-    return Config(model=section("model", ModelSpec), layout=section("layout", Layout),
-                  training=section("training", Training))

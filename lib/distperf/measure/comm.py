@@ -48,9 +48,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
 from torch.utils._pytree import tree_flatten
 
+from ..config import COMMUNICATION_KINDS as KINDS
 from ..cost.collectives import sent_bytes as ring_sent_bytes
 
-KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
 MESH_ROLES = {"dp": "data_parallel", "tp": "tensor_parallel", "pp": "pipeline_parallel"}
 UNATTRIBUTED = "unattributed"
 _MARKER = "distperf.comm.thread"

@@ -27,12 +27,11 @@ measurement is 0 the error is 0 if the prediction is 0 too, else undefined (null
 """
 from __future__ import annotations
 
-from ..config import Config
+from ..config import COMMUNICATION_KINDS as KINDS
+from ..config import MEMORY_CATEGORIES, MODEL_STATES, Config
 from ..results import signed_error
 
-MEMORY_CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "total")
-STATE_CATEGORIES = ("parameters", "gradients", "optimizer_states")
-KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
+COMPARED = MEMORY_CATEGORIES + ("total",)
 
 
 def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
@@ -90,13 +89,13 @@ def errors(result: dict, prediction: dict) -> dict:
     if memory is not None:
         stage = memory["per_rank"]["pipeline_rank"][memory["rank"]]
         pred = prediction["memory_bytes_by_stage"][stage]
-        out["memory_bytes"] = {**{k: signed_error(pred[k], memory[k]) for k in MEMORY_CATEGORIES}, "stage": stage}
-        out["memory_bytes_by_stage"] = [{k: signed_error(p[k], m[k]) for k in MEMORY_CATEGORIES}
+        out["memory_bytes"] = {**{k: signed_error(pred[k], memory[k]) for k in COMPARED}, "stage": stage}
+        out["memory_bytes_by_stage"] = [{k: signed_error(p[k], m[k]) for k in COMPARED}
                                         for p, m in zip(prediction["memory_bytes_by_stage"],
-                                                        _by_stage(memory, MEMORY_CATEGORIES))]
-        out["model_states_at_rest"] = [{k: signed_error(p[k], m[k]) for k in STATE_CATEGORIES}
+                                                        _by_stage(memory, COMPARED))]
+        out["model_states_at_rest"] = [{k: signed_error(p[k], m[k]) for k in MODEL_STATES}
                                        for p, m in zip(prediction["model_states_at_rest_by_stage"],
-                                                       _by_stage(memory, STATE_CATEGORIES, "at_start."))]
+                                                       _by_stage(memory, MODEL_STATES, "at_start."))]
     comm = result.get("communication")
     if comm is not None:
         pred = prediction["communication_bytes"]

@@ -55,7 +55,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-CATEGORIES = ("parameters", "gradients", "optimizer_states", "other", "activations", "temporaries")
+from ..config import MODEL_STATES
+
+CATEGORIES = MODEL_STATES + ("other", "activations", "temporaries")  # in order of precedence
 _RANK = {name: len(CATEGORIES) - i for i, name in enumerate(CATEGORIES)}
 
 
