@@ -11,6 +11,7 @@ import heapq
 from functools import lru_cache
 
 
+@lru_cache(maxsize=16)
 def bytes_per_parameter(precision: str, optimizer: str, momentum: bool = True) -> tuple[int, int, int]:
     """(parameter, gradient, optimizer-state) bytes per parameter."""
     mixed = precision == "mixed"

@@ -5,13 +5,8 @@ Megatron-LM's order): the tensor-parallel group, which communicates in every lay
 ranks (one node's fast links); the replicas of a stage (dp) come next, as PipeDream-2BW places them;
 the pipeline, which only sends activations between neighbours, spans the farthest.
 
-Order in which a trainer applies the parallelisms to its model part (as torchtitan does):
-
-1. pipeline split: build only this rank's stage(s) (:func:`distperf.model.build_stage`);
-2. tensor (+ sequence) parallelism on the tp mesh (:mod:`distperf.parallel.tensor`);
-3. activation recomputation (:func:`distperf.model.set_recompute`);
-4. data parallelism / ZeRO on the dp mesh (:mod:`distperf.parallel.data_parallel`);
-5. the pipeline schedule over the pp group (:mod:`distperf.parallel.pipeline`).
+The parallelisms are applied to a rank's model part in one order, by
+:func:`distperf.parallel.parallelize.parallelize`.
 """
 from __future__ import annotations
 

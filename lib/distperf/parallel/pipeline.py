@@ -26,12 +26,12 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config import Config, RunOptions, stage_layers
-from ..model import build_stage, lm_loss, set_recompute
+from ..model import build_stage, lm_loss
 from .common import Trainer, full_tensor, local_tensor, make_optimizer, split_rows, storage_bytes, unwrap
-from .data_parallel import apply_data_parallel, data_parallel_optimizer, optimizer_state
+from .data_parallel import data_parallel_optimizer, optimizer_state
 from .mesh import end_group
 from .rules import check_pipeline
-from .tensor import apply_tensor_parallel
+from .parallelize import parallelize
 
 TORCH_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}
 
@@ -61,15 +61,9 @@ class PipelineTrainer(Trainer):
         pp_rank, self.dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
         self.stage_ids = list(range(pp_rank, lay.stages, lay.pp))
         self.is_first, self.is_last = 0 in self.stage_ids, lay.stages - 1 in self.stage_ids
-        self.parts = []
-        for s in self.stage_ids:
-            part = build_stage(spec, self.partition, s, opts.seed, device)
-            if cfg.training.precision == "mixed":
-                part.autocast_dtype = torch.bfloat16
-            if lay.tp > 1:
-                apply_tensor_parallel(part, mesh["tp"], lay.sequence_parallel)
-            set_recompute(part, lay.recompute)
-            self.parts.append(part)
+        # PipeDream-2BW averages gradients over its replicas itself, at its delayed update: no DDP wrapper
+        self.parts = [parallelize(build_stage(spec, self.partition, s, opts.seed, device), cfg, mesh, device,
+                                  opts.bucket_mb, data_parallel=lay.schedule != "2bw") for s in self.stage_ids]
         self.end_group = end_group(mesh) if spec.tied else None
         pp_group = mesh.get_group("pp")
         self.twobw = None
@@ -84,7 +78,6 @@ class PipelineTrainer(Trainer):
                 before_update=self._sum_tied_gradients, timeout=timedelta(seconds=opts.timeout_s))
             self.remember_parameters()
             return
-        self.parts = [apply_data_parallel(p, cfg, mesh["dp"], opts.bucket_mb, device) for p in self.parts]
         stages = [_Stage(p, s, lay.stages, device, group=pp_group) for p, s in zip(self.parts, self.stage_ids)]
         cls = TORCH_SCHEDULES[lay.schedule]
         # Gradients are averaged over the microbatches here, not by the schedule (scale_grads): torch

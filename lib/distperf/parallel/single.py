@@ -9,17 +9,15 @@ from __future__ import annotations
 import torch
 
 from ..config import Config, RunOptions
-from ..model import build_model, set_recompute
+from ..model import build_model
 from .common import Trainer, accumulated_step, make_optimizer
+from .parallelize import parallelize
 
 
 class SingleDeviceTrainer(Trainer):
     def __init__(self, cfg: Config, opts: RunOptions, device: torch.device):
         self.cfg, self.device = cfg, device
-        self.model = build_model(cfg.model, opts.seed, device=device)
-        set_recompute(self.model, cfg.layout.recompute)
-        if cfg.training.precision == "mixed":
-            self.model.autocast_dtype = torch.bfloat16
+        self.model = parallelize(build_model(cfg.model, opts.seed, device=device), cfg, None, device)
         self.optimizer = make_optimizer(self.model.parameters(), cfg.training, opts.lr)
         self.remember_parameters()
 

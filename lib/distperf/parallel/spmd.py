@@ -9,24 +9,17 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 
 from ..config import Config, RunOptions
-from ..model import build_model, set_recompute
+from ..model import build_model
 from .common import Trainer, accumulated_step, split_rows
-from .data_parallel import apply_data_parallel, data_parallel_optimizer, gradient_sync, optimizer_state
-from .tensor import apply_tensor_parallel
+from .data_parallel import data_parallel_optimizer, gradient_sync, optimizer_state
+from .parallelize import parallelize
 
 
 class SPMDTrainer(Trainer):
     def __init__(self, cfg: Config, opts: RunOptions, mesh: DeviceMesh, device: torch.device):
-        lay = cfg.layout
         self.cfg, self.device, self.mesh = cfg, device, mesh
         self.dp_rank = mesh.get_local_rank("dp")
-        model = build_model(cfg.model, opts.seed, device=device)
-        if cfg.training.precision == "mixed":
-            model.autocast_dtype = torch.bfloat16
-        if lay.tp > 1:
-            apply_tensor_parallel(model, mesh["tp"], lay.sequence_parallel)
-        set_recompute(model, lay.recompute)
-        self.model = apply_data_parallel(model, cfg, mesh["dp"], opts.bucket_mb, device)
+        self.model = parallelize(build_model(cfg.model, opts.seed, device=device), cfg, mesh, device, opts.bucket_mb)
         self.optimizer = data_parallel_optimizer(self.model.parameters(), cfg, mesh["dp"], opts.lr)
         self.remember_parameters()
 
