@@ -286,6 +286,7 @@ def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans,
 
 
 def clear_cache() -> None:
+    """Forget every cached :class:`StageCosts` (for benchmarks that must start cold)."""
     _CACHE.clear()
 
 
