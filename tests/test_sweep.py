@@ -264,3 +264,47 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
     assert "injected fault" in table["message"][0]
     assert table["message"][1].startswith("distperf run: error:")  # run's one line
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_points_measured_in_this_process_share_the_tables_resume(tmp_path):
+    from distperf.runner.sweep import sweep_points
+
+    calls = []
+
+    def measure(point):
+        calls.append(point["n"])
+        if point["n"] == 3 and len(calls) < 4:
+            raise RuntimeError("injected fault\nsecond line")
+        return {"square": point["n"] ** 2, "nested": {"x": 1}, "n_seen": point["n"]}
+
+    out = tmp_path / "points.csv"
+    points = [{"n": 1}, {"n": 2}, {"n": 3}]
+    first = sweep_points("squares", points, measure, out, progress=False)
+    assert first["ok"] == 2 and first["failed"] == 1 and calls == [1, 2, 3]
+    table = pd.read_csv(out)
+    assert table.status.tolist() == ["ok", "ok", "failed"] and table.message[2] == "RuntimeError: injected fault"
+    assert table.square[:2].tolist() == [1, 4] and table["nested.x"][0] == 1 and table.n.tolist() == [1, 2, 3]
+    assert {"config_hash", "machine", "commit", "date"} <= set(table.columns)
+    second = sweep_points("squares", points, measure, out, progress=False)  # only the failed point again
+    assert calls == [1, 2, 3, 3] and second["done"] == 2 and second["ok"] == 1
+    assert pd.read_csv(out).status.tolist() == ["ok", "ok", "ok"] and [p.name for p in tmp_path.iterdir()] == ["points.csv"]
+    sweep_points("squares", points, measure, out, progress=False, force=True)
+    assert calls == [1, 2, 3, 3, 1, 2, 3]
+
+
+def test_an_experiment_from_a_dictionary_is_checked_like_a_file(tmp_path):
+    from distperf.runner.grid import Experiment
+
+    exp = Experiment.from_dict({"name": "squares", "command": "predict", "base": {"model": "tiny"},
+                                "grid": {"dp": [1, 2]}}, workdir=tmp_path)
+    assert [c.params for c in exp.configurations] == [{"model": "tiny", "dp": 1}, {"model": "tiny", "dp": 2}]
+    assert exp.workdir == tmp_path and exp.source == "experiment squares"
+    with pytest.raises(ConfigError) as e:
+        Experiment.from_dict({"name": "squares", "command": "predict", "grid": {"tp": [3]}})
+    assert e.value.field == "experiment squares: grid configuration tp=3" and "divisible" in e.value.rule
+    with pytest.raises(ConfigError) as e:
+        Experiment.from_dict({"command": "predict"})
+    assert e.value.field == "experiment ?: name"
+    file = tmp_path / "squares.yaml"
+    file.write_text("command: predict\nbase: {model: tiny}\ngrid: {dp: [1, 2]}\n")
+    assert [c.hash for c in load(file).configurations] == [c.hash for c in exp.configurations]

@@ -76,11 +76,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _list(exp, out: Path) -> int:
     from ..results import machine_slug
-    from ..runner.sweep import device_of, read_rows
+    from ..runner.resume import done_hashes, read_rows
+    from ..runner.sweep import device_of
 
-    machine = machine_slug(device_of(exp))
-    done = {str(r.get("config_hash")) for r in read_rows(out)
-            if r.get("status") == "ok" and r.get("machine", machine) == machine}
+    done = done_hashes(read_rows(out), machine_slug(device_of(exp)))
     for cfg in exp.configurations:
         state = "done" if cfg.hash in done else ("invalid" if cfg.invalid else "todo")
         print(f"{cfg.hash}  {state:7}  {cfg.label(exp.varying)}")

@@ -145,6 +145,27 @@ def layer_times(model, micro_batches, device="cpu", min_run_time: float = 0.2) -
     return rows
 
 
+def model_time(model, micro_batch: int, device="cpu", min_run_time: float = 0.2) -> dict:
+    """Seconds of one forward and backward of a whole preset (by name) or :class:`~distperf.config.ModelSpec` —
+    embeddings, every layer, final LayerNorm, head and loss — on a fresh graph each call, at this process's thread
+    count; with the model's shape."""
+    from .. import presets
+    from ..model import Transformer, init_parameters, lm_loss
+
+    spec = presets.model(model) if isinstance(model, str) else model
+    device = torch.device(device)
+    whole = Transformer(spec).to(device)
+    init_parameters(whole, 0)
+    tokens = torch.randint(0, spec.vocab, (micro_batch, spec.seq), device=device)
+
+    def step():
+        lm_loss(whole(tokens), tokens).backward()
+        _sync(device)
+
+    return {"layers": spec.layers, "seq": spec.seq, "hidden": spec.hidden, "vocab": spec.vocab,
+            "time_s": _timer_median(step, min_run_time)}
+
+
 # --- collectives -------------------------------------------------------------------------------
 
 def _free_port() -> int:

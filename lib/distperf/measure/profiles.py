@@ -126,6 +126,45 @@ def layer_times_for(cfg: Config, side: dict | None, threads: int | None, device:
         f"measured now (quick, {threads or before} thread(s)): the calibration has none for this model and micro-batch"
 
 
+def this_machine(scale: str) -> Path:
+    """This machine's profile at ``scale``, ``data/fresh/<scale>/hardware.json``: the calibration notebook writes
+    it; when it has not (a notebook run on its own), a quick calibration (one thread per rank) makes it now."""
+    import subprocess
+    import sys
+
+    from ..results import fresh_dir
+
+    profile = fresh_dir(scale) / "hardware.json"
+    if not profile.exists():
+        subprocess.run([sys.executable, "-m", "distperf", "calibrate", "--quick", "--scale", scale, "--out",
+                        str(profile)], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return profile
+
+
+def calibrate_once(profile: Path, flags: list[str], device: str = "cpu", timeout: float = 900.0) -> dict:
+    """Run ``python -m distperf calibrate FLAGS --out PROFILE`` with one thread (every rank of the book's runs
+    computes with one), unless a profile is already there: it is kept, but for a quick one when ``flags`` ask
+    for a full calibration. Returns the calibration's sidecar (its measurements)."""
+    import subprocess
+    import sys
+
+    from .calibrate import sidecar_path
+
+    side = read_sidecar(profile)
+    if side is None or (side["quick"] and "--quick" not in flags):
+        cmd = [sys.executable, "-m", "distperf", "calibrate", "--out", str(profile), "--device", device,
+               "--threads", "1", *flags]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        print(" ".join(cmd[1:]), done.stdout[-4000:], sep="\n")
+        if done.returncode:
+            raise RuntimeError(f"calibrate failed ({done.returncode}): {done.stderr[-2000:]}")
+        side = json.loads(sidecar_path(profile).read_text())
+    else:
+        print(f"kept {profile} (measured {side['provenance']['date']})")
+    return side
+
+
 def check_choice(choice: str) -> None:
     """Refuse a --hardware value that is neither auto, none, a preset nor a readable profile, before any run."""
     from ..hardware import PRESETS, load_profile

@@ -39,3 +39,14 @@ def simulate_2bw(cfg: Config, opts: RunOptions) -> dict:
             for n, q in stale.named_parameters():
                 q.copy_(before[n])
     return {"losses": losses, "parameters": {n: p.detach() for n, p in model.named_parameters()}}
+
+
+def simulation_row(point: dict, cfg: Config, opts: RunOptions) -> dict:
+    """What the book keeps of a :func:`simulate_2bw` run (``point`` names it in the result table): the losses of
+    each step, the last one, and the wall time."""
+    import json
+    import time
+
+    start = time.perf_counter()
+    losses = simulate_2bw(cfg, opts)["losses"]
+    return {"losses": json.dumps(losses), "final_loss": losses[-1], "wall_s": time.perf_counter() - start}

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import hashlib
 import itertools
 import json
 import sys
@@ -64,8 +63,9 @@ class Configuration:
     @property
     def hash(self) -> str:
         """sha256 of the command, flags and environment (canonical JSON), first 16 hex digits."""
-        text = json.dumps({"command": list(self.command), "params": self.params, "env": self.env}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        from .resume import config_hash
+
+        return config_hash({"command": list(self.command), "params": self.params, "env": self.env})
 
     def flags(self) -> list[str]:
         return flags_of(self.params, parser_for(self.command))

@@ -19,16 +19,14 @@ A row holds:
 - provenance (:func:`distperf.results.provenance`): ``machine``, ``device_name``, ``torch``,
   ``python``, ``commit``, ``date`` (when the row was written).
 
-After every configuration the whole table is rewritten through
-:func:`distperf.results.write_csv_atomic`, so an interrupted sweep leaves the rows done so far and no
-partial file. A new sweep skips the configurations whose row is ``ok`` with the same hash on the same
-machine (unless ``force``), and replaces the others' rows in place.
+The table, and resuming a sweep where it stopped, are :mod:`distperf.runner.resume`'s, which
+:func:`sweep_points` shares: it runs points of an experiment measured in the calling process (a notebook's),
+with the same rows, resume and provenance.
 """
 from __future__ import annotations
 
 import ctypes
 import json
-import math
 import os
 import re
 import signal
@@ -37,28 +35,18 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 from ..launch import kill_tagged
-from ..results import PROVENANCE_COLUMNS, provenance, write_csv_atomic
+from ..results import PROVENANCE_COLUMNS, provenance
 from .grid import Configuration, Experiment
+from .resume import ROW_COLUMNS, Item, Outcome, config_hash, run_all, timestamp
 
 TAG = "DISTPERF_SWEEP_TAG"
 DEFAULT_TIMEOUT = 600.0
-ROW_COLUMNS = ("experiment", "config_hash", "status", "message", "elapsed_s", "returncode")
-STATUSES = ("ok", "failed", "timeout", "oom", "invalid", "skipped")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
 _TIMEOUT = re.compile(r"did not finish within|timed out", re.I)
-
-
-@dataclass
-class Outcome:
-    status: str
-    message: str
-    elapsed_s: float
-    returncode: int | None
-    result: dict | None
 
 
 def flatten(obj: dict, prefix: str = "") -> dict:
@@ -210,89 +198,65 @@ def make_row(exp: Experiment, cfg: Configuration, outcome: Outcome, prov: dict) 
     for key, value in flatten(outcome.result or {}).items():
         row[f"result.{key}" if key in reserved else key] = value
     row.update(prov)
-    row["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    row["date"] = timestamp()
     return row
 
-
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a sweep table (none if it does not exist); ConfigError('out') if it is not one."""
-    import pandas as pd
-
-    from ..config import ConfigError
-
-    if not path.exists():
-        return []
-    try:
-        frame = pd.read_csv(path, dtype={"config_hash": str})
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the same error for the user
-        raise ConfigError("out", f"{path}: exists but is not a readable CSV ({e.__class__.__name__})") from None
-    if "config_hash" not in frame.columns or "status" not in frame.columns:
-        raise ConfigError("out", f"{path}: exists but is not a sweep table (no config_hash/status columns)")
-    return [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
-            for row in frame.to_dict("records")]
-
-
-def _write_rows(rows: list[dict], path: Path) -> None:
-    import pandas as pd
-
-    columns: list[str] = []
-    for row in rows:
-        columns += [c for c in row if c not in columns]
-    front = [c for c in ROW_COLUMNS if c in columns]
-    args = [c for c in columns if c.startswith(("arg.", "env.")) and c not in front]
-    back = [c for c in PROVENANCE_COLUMNS if c in columns]
-    rest = [c for c in columns if c not in front + args + back]
-    write_csv_atomic(pd.DataFrame(rows, columns=front + args + rest + back), path)
-
-
-def _key(row: dict) -> tuple:
-    return str(row.get("config_hash")), str(row.get("machine"))
 
 
 def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool = False, device: str = "auto",
           progress: bool = True) -> dict:
-    """Run the experiment's configurations not yet done; return counts by status of this sweep's runs,
-    and ``done``: those already done."""
+    """Run the experiment's configurations not yet done, each in a fresh process; return counts by status of
+    this sweep's runs, and ``done``: those already done (:func:`distperf.runner.resume.run_all`)."""
     timeout = timeout or exp.timeout or DEFAULT_TIMEOUT
     prov = provenance(device_of(exp, device))
-    rows = read_rows(out)
-    index = {_key(r): i for i, r in enumerate(rows)}
-    done = {k for k, i in index.items() if rows[i].get("status") == "ok"} if not force else set()
-    todo = [c for c in exp.configurations if (c.hash, prov["machine"]) not in done]
-    counts = {s: 0 for s in STATUSES}
-    counts["done"] = len(exp.configurations) - len(todo)
-    bar = _progress(len(exp.configurations), counts["done"], exp.name, progress)
-    try:
-        for cfg in todo:
-            bar.set_postfix_str(f"{bar.total - bar.n} left, now {cfg.label(exp.varying)[:60]}")
-            skip = network_skip(cfg)
+
+    def runner(cfg: Configuration):
+        def run() -> dict:
             if cfg.invalid:
                 outcome = Outcome("invalid", cfg.invalid[:500], 0.0, None, None)
-            elif skip:
-                outcome = skip
             else:
-                outcome = run_configuration(cfg, timeout, exp.workdir)
-            row = make_row(exp, cfg, outcome, prov)
-            key = _key(row)
-            if key in index:
-                rows[index[key]] = row
-            else:
-                index[key] = len(rows)
-                rows.append(row)
-            _write_rows(rows, out)
-            counts[outcome.status] += 1
-            if outcome.status != "ok":
-                bar.write(f"{exp.name}: {cfg.label(exp.varying)}: {outcome.status}: {outcome.message}")
-            bar.update(1)
-            bar.set_postfix_str(f"{bar.total - bar.n} left, last {outcome.status}")
-    finally:
-        bar.close()
+                outcome = network_skip(cfg) or run_configuration(cfg, timeout, exp.workdir)
+            return make_row(exp, cfg, outcome, prov)
+        return run
+
+    items = [Item(cfg.hash, cfg.label(exp.varying), runner(cfg)) for cfg in exp.configurations]
+    return run_all(exp.name, items, out, prov["machine"], force, progress)
+
+
+def sweep_points(name: str, points: list[dict], measure: Callable[[dict], dict], out: Path, device: str = "cpu",
+                 force: bool = False, progress: bool = True) -> dict:
+    """Measure each point (a dict of the experiment's variables) in this process, resumably: a row per point
+    holds the bookkeeping columns of :mod:`distperf.runner.resume`, the point's variables as columns, what
+    ``measure(point)`` returns (flattened) and provenance. A point whose measurement raises becomes a ``failed``
+    row with the error's last line; points already ``ok`` on this machine are skipped."""
+    prov = provenance(device)
+
+    def runner(point: dict):
+        def run() -> dict:
+            start = time.perf_counter()
+            try:
+                result, status, message = measure(point), "ok", ""
+            except Exception as e:  # noqa: BLE001 - the row says what went wrong; the other points go on
+                result, status, message = {}, "failed", f"{type(e).__name__}: {e}".splitlines()[0][:500]
+            row = {"experiment": name, "config_hash": config_hash(point), "status": status, "message": message,
+                   "elapsed_s": round(time.perf_counter() - start, 3), **point}
+            reserved = set(ROW_COLUMNS) | set(PROVENANCE_COLUMNS) | set(row)
+            row.update({f"result.{k}" if k in reserved else k: v for k, v in flatten(result).items()})
+            return {**row, **prov, "date": timestamp()}
+        return run
+
+    items = [Item(config_hash(p), " ".join(f"{k}={v}" for k, v in p.items()), runner(p)) for p in points]
+    return run_all(name, items, out, prov["machine"], force, progress)
+
+
+def run_experiment(spec: dict, scale: str, device: str = "auto", progress: bool = True) -> dict:
+    """An experiment described as a dictionary (the keys of an experiment file, :mod:`distperf.runner.grid`),
+    checked by :meth:`~distperf.runner.grid.Experiment.from_dict` and run resumably into
+    ``data/fresh/<scale>/<name>.csv``; prints and returns the counts of :func:`sweep`."""
+    from ..results import fresh_dir
+
+    out = fresh_dir(scale)
+    exp = Experiment.from_dict({"scale": scale, **spec}, workdir=out)
+    counts = sweep(exp, out / f"{exp.name}.csv", device=device, progress=progress)
+    print(f"{exp.name}: {counts}")
     return counts
-
-
-def _progress(total: int, initial: int, name: str, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc=name, unit="config", file=sys.stderr, disable=not enabled,
-                bar_format="{desc}: {n}/{total} configurations done |{bar}| elapsed {elapsed}, "
-                           "about {remaining} to go{postfix}")

@@ -1,0 +1,133 @@
+"""One resume mechanism for every experiment: a result table whose rows are keyed by configuration and machine.
+
+A table is a CSV with one row per configuration: ``experiment``, ``config_hash`` (a hash of the configuration),
+``status`` (``ok``, ``failed``, ``timeout``, ``oom``, ``invalid``, ``skipped``), ``message``, ``elapsed_s``, the
+configuration's and the result's columns, and provenance (:func:`distperf.results.provenance`). After every
+configuration the whole table is rewritten through :func:`distperf.results.write_csv_atomic`, so an interrupted
+experiment leaves the rows done so far and no partial file. A new run skips the configurations whose row is ``ok``
+with the same hash on the same machine (unless ``force``), and replaces the others' rows in place.
+
+:func:`run_all` drives it: the sweep runner (:mod:`distperf.runner.sweep`) hands it configurations that run as
+processes, a notebook hands it points measured in its own process (:func:`distperf.runner.sweep.sweep_points`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..results import PROVENANCE_COLUMNS, write_csv_atomic
+
+ROW_COLUMNS = ("experiment", "config_hash", "status", "message", "elapsed_s", "returncode")
+STATUSES = ("ok", "failed", "timeout", "oom", "invalid", "skipped")
+
+
+@dataclass
+class Outcome:
+    status: str
+    message: str
+    elapsed_s: float
+    returncode: int | None
+    result: dict | None
+
+
+@dataclass(frozen=True)
+class Item:
+    """One configuration to run: its hash, a label for the progress bar and messages, and how to run it: ``run()``
+    returns the table row (with a ``status``)."""
+
+    hash: str
+    label: str
+    run: Callable[[], dict]
+
+
+def config_hash(obj) -> str:
+    """sha256 of canonical JSON, first 16 hex digits: the key of a configuration."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a result table (none if it does not exist); ConfigError('out') if it is not one."""
+    import pandas as pd
+
+    from ..config import ConfigError
+
+    if not path.exists():
+        return []
+    try:
+        frame = pd.read_csv(path, dtype={"config_hash": str})
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same error for the user
+        raise ConfigError("out", f"{path}: exists but is not a readable CSV ({e.__class__.__name__})") from None
+    if "config_hash" not in frame.columns or "status" not in frame.columns:
+        raise ConfigError("out", f"{path}: exists but is not a sweep table (no config_hash/status columns)")
+    return [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
+            for row in frame.to_dict("records")]
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """The table, atomically: bookkeeping columns first, then the configuration's, the results, provenance last."""
+    import pandas as pd
+
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    front = [c for c in ROW_COLUMNS if c in columns]
+    args = [c for c in columns if c.startswith(("arg.", "env.")) and c not in front]
+    back = [c for c in PROVENANCE_COLUMNS if c in columns]
+    rest = [c for c in columns if c not in front + args + back]
+    write_csv_atomic(pd.DataFrame(rows, columns=front + args + rest + back), path)
+
+
+def done_hashes(rows: list[dict], machine: str) -> set[str]:
+    """The configurations already done on ``machine``: their row is ``ok``."""
+    return {str(r.get("config_hash")) for r in rows if r.get("status") == "ok" and r.get("machine", machine) == machine}
+
+
+def run_all(name: str, items: Iterable[Item], out: Path, machine: str, force: bool = False,
+            progress: bool = True) -> dict:
+    """Run the items not yet done on ``machine``, writing the table after each; return counts by status of this
+    run's items, and ``done``: those already done."""
+    items = list(items)
+    rows = read_rows(out)
+    index = {(str(r.get("config_hash")), str(r.get("machine"))): i for i, r in enumerate(rows)}
+    done = set() if force else done_hashes(rows, machine)
+    todo = [item for item in items if item.hash not in done]
+    counts = {s: 0 for s in STATUSES}
+    counts["done"] = len(items) - len(todo)
+    bar = _progress(len(items), counts["done"], name, progress)
+    try:
+        for item in todo:
+            bar.set_postfix_str(f"{bar.total - bar.n} left, now {item.label[:60]}")
+            row = item.run()
+            key = (str(row["config_hash"]), str(row.get("machine")))
+            if key in index:
+                rows[index[key]] = row
+            else:
+                index[key] = len(rows)
+                rows.append(row)
+            write_rows(rows, out)
+            counts[row["status"]] += 1
+            if row["status"] != "ok":
+                bar.write(f"{name}: {item.label}: {row['status']}: {row['message']}")
+            bar.update(1)
+            bar.set_postfix_str(f"{bar.total - bar.n} left, last {row['status']}")
+    finally:
+        bar.close()
+    return counts
+
+
+def timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _progress(total: int, initial: int, name: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=name, unit="config", file=sys.stderr, disable=not enabled,
+                bar_format="{desc}: {n}/{total} configurations done |{bar}| elapsed {elapsed}, "
+                           "about {remaining} to go{postfix}")
