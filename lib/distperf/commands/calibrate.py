@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError("scale", str(e).split(": ", 1)[-1]) from None
     out = Path(args.out) if args.out else fresh_dir(scale) / "hardware.json"
-    from ..emulation.like import flops_here
+    from ..measure.profiles import flops_here
     from ..emulation.options import network_from_args
     from ..launch import LaunchError
     from ..emulation.topology import SetupError, check_privileges

@@ -54,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
         from ..parallel.partition import resolve
 
         cfg = resolve(cfg, "time", device)
-    from ..emulation.like import flops_here
+    from ..measure.profiles import flops_here
     from ..emulation.topology import SetupError
     from ..parallel.loop import needs_distributed
 

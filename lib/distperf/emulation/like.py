@@ -7,7 +7,8 @@ GPU; a CPU core on loopback, about 10^2. To put this machine in the target's reg
     node link rate   = R · b          (``inter``; R = ranks_per_node)
 
 - ``F_here``: the fp32 matrix-product rate one rank achieves here (``flops_fp32`` × efficiency of this
-  machine's calibrated profile, measured at the ranks' thread count; or measured now);
+  machine's calibrated profile, measured at the ranks' thread count; or measured now:
+  :func:`distperf.measure.profiles.flops_here`);
 - ``F_target``: the target's mixed-precision (16-bit tensor-core) rate, ``flops_16bit`` × its
   ``flops_efficiency`` (1 in the presets: datasheet peak) — the precision the target trains in, while the
   ranks here train in fp32;
@@ -69,31 +70,3 @@ def describe(info: dict, spec: NetworkSpec) -> str:
             f"here {info['flops_here'] / 1e9:.3g} GFLOP/s (fp32) per rank -> {info['per_rank_bytes_per_s'] * 8 / 1e6:.3g} "
             f"Mbit/s per rank, inter={format_rate(spec.inter)} per node of {spec.ranks_per_node} rank(s)")
 
-
-def flops_here(hardware: str | None, threads: int | None) -> float:
-    """This machine's fp32 matrix-product rate per rank: from ``hardware`` when it is a profile file,
-    else from this machine's calibrated profile at ``threads`` threads
-    (:func:`distperf.measure.profiles.auto_profiles`), else measured now (a few matrix products at that
-    thread count, under a second)."""
-    from pathlib import Path
-
-    from ..hardware import load_profile
-
-    if hardware and Path(hardware).is_file():
-        return load_profile(hardware).flops("fp32")
-    from ..measure.profiles import auto_profiles, read_sidecar, threads_match
-
-    for path in auto_profiles(threads):
-        if path.is_file() and threads_match(read_sidecar(path), threads):
-            return load_profile(path).flops("fp32")
-    import torch
-
-    from ..measure.calibrate import SIZES_QUICK, gemm_rates
-
-    before = torch.get_num_threads()
-    try:
-        if threads:
-            torch.set_num_threads(threads)
-        return max(r["flops_per_s"] for r in gemm_rates(SIZES_QUICK, [torch.float32], "cpu", 0.05))
-    finally:
-        torch.set_num_threads(before)

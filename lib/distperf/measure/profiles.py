@@ -165,6 +165,30 @@ def calibrate_once(profile: Path, flags: list[str], device: str = "cpu", timeout
     return side
 
 
+def flops_here(hardware: str | None, threads: int | None) -> float:
+    """This machine's fp32 matrix-product rate per rank: from ``hardware`` when it is a profile file,
+    else from this machine's calibrated profile at ``threads`` threads (:func:`auto_profiles`), else measured
+    now (a few matrix products at that thread count, under a second)."""
+    from ..hardware import load_profile
+
+    if hardware and Path(hardware).is_file():
+        return load_profile(hardware).flops("fp32")
+    for path in auto_profiles(threads):
+        if path.is_file() and threads_match(read_sidecar(path), threads):
+            return load_profile(path).flops("fp32")
+    import torch
+
+    from .calibrate import SIZES_QUICK, gemm_rates
+
+    before = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        return max(r["flops_per_s"] for r in gemm_rates(SIZES_QUICK, [torch.float32], "cpu", 0.05))
+    finally:
+        torch.set_num_threads(before)
+
+
 def check_choice(choice: str) -> None:
     """Refuse a --hardware value that is neither auto, none, a preset nor a readable profile, before any run."""
     from ..hardware import PRESETS, load_profile
