@@ -18,9 +18,10 @@ HTML := $(BOOK_OUT)/_build/html
 EXECUTED := _build/executed/$(SCALE)-$(DEVICE)
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 RUNS := $(patsubst notebooks/%.ipynb,$(EXECUTED)/%.ipynb,$(NOTEBOOKS))
-# What an experiment's measurements depend on: the library, except the cost model and the plots,
-# book helpers, which only the chapters read.
-MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/plots.py lib/distperf/book.py,$(shell find lib -name '*.py'))
+# What an experiment's measurements depend on: the library, except what only the chapters read (the cost
+# model, the analysis, the published values, the plots and book helpers).
+MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/analysis/% lib/distperf/published.py lib/distperf/plots.py \
+  lib/distperf/book.py,$(shell find lib -name '*.py'))
 INSTALLED := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export DISTPERF_SCALE := $(SCALE)
@@ -57,9 +58,9 @@ $(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
 # Chapters execute through jupyter-cache: unchanged code is not re-executed. What their code reads (the
 # fresh and reference results and the library) is hashed too: a change of it clears that cache and
 # rebuilds every page (Sphinx alone re-reads only the pages whose source changed).
-$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapters/* _ext/*.py _static/*) | $(INSTALLED)
+$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapters/* _ext/*.py _static/* data/published/*) | $(INSTALLED)
 	stamp=$(BOOK_OUT)/_build/.inputs; \
-	inputs=$$( { echo $(SCALE); cat $$(find data/fresh/$(SCALE) data/reference lib _ext -type f \( -name '*.csv' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
+	inputs=$$( { echo $(SCALE); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
 	jupyter-book build . --path-output $(BOOK_OUT) -nW --keep-going $$all; \
 	echo "$$inputs" > $$stamp; \
