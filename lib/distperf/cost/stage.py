@@ -246,7 +246,12 @@ def optimizer_time(tr: Training, hw: Hardware, states: ModelStates) -> float:
 
 def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, bucket_bytes: float,
              times: tuple | None) -> StageCosts:
-    states = model_states(spec, lay, tr, span)
+    key = (spec, tr, lay.dp, lay.tp, lay.pp, lay.zero, span)  # all the model states depend on
+    states = _STATES.get(key)
+    if states is None:
+        if len(_STATES) >= _CACHE_SIZE:
+            _STATES.clear()
+        states = _STATES[key] = model_states(spec, lay, tr, span)
     work = compute(spec, lay, tr, hw, span, times)
     tp = tensor_parallel(spec, lay, tr, hw, span)
     pp = pipeline(spec, lay, tr, hw, span)
@@ -261,6 +266,7 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
 
 
 _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
+_STATES: dict = {}  # the model states, which depend on fewer things (not micro-batch, recomputation, hardware)
 _CACHE_SIZE = 1 << 14
 
 
@@ -288,6 +294,7 @@ def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans,
 def clear_cache() -> None:
     """Forget every cached :class:`StageCosts` (for benchmarks that must start cold)."""
     _CACHE.clear()
+    _STATES.clear()
 
 
 def _rank_tensors(spec: ModelSpec, t: int, span: Span, head_matrix: bool) -> tuple:
