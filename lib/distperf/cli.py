@@ -1,8 +1,9 @@
 """``python -m distperf {predict,run,sweep,calibrate,plan}``.
 
-Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
-``main(args) -> int``; this file only dispatches. Bad input (ConfigError, a missing file, an emulated network
-without root) ends with one line naming the field and the rule, and exit status 2 — never a traceback.
+Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and ``main(args) -> int``;
+this file only dispatches, and imports only the command that runs. Bad input (ConfigError, a missing file, an
+emulated network without root) ends with one line naming the field and the rule, and exit status 2 — never a
+traceback.
 """
 from __future__ import annotations
 
@@ -23,17 +24,6 @@ COMMANDS = {
 }
 
 
-def _available() -> dict[str, tuple[object, str]]:
-    found = {}
-    for name, (module, help_text) in COMMANDS.items():
-        try:
-            found[name] = (importlib.import_module(module), help_text)
-        except ModuleNotFoundError as e:
-            if e.name != module:  # the module exists but something it imports is missing
-                raise
-    return found
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag ends with one line (no usage block) and exit status 2."""
 
@@ -41,15 +31,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    commands = _available()
-    parser = _Parser(prog="distperf", description="Predict (cost model) and measure (torch.distributed) distributed Transformer training.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    for name, (module, help_text) in commands.items():
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
-    args = parser.parse_args(argv)
+def _command(module: str):
+    """The command's module, or None when something it needs is not installed."""
     try:
-        return commands[args.command][0].main(args) or 0
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:  # the module exists but something it imports is missing
+            raise
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = _Parser(prog="distperf",
+                     description="Predict (cost model) and measure (torch.distributed) distributed Transformer training.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    module = None
+    for name, (path, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen and (module := _command(path)) is not None:
+            module.add_arguments(command)
+    args = parser.parse_args(argv)
+    if module is None:
+        print(f"distperf {args.command}: error: not available (something it needs is not installed)", file=sys.stderr)
+        return 2
+    try:
+        return module.main(args) or 0
     except ConfigError as e:
         print(f"distperf {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -126,3 +126,14 @@ def hardware(name_or_path: str) -> Hardware:
     if Path(name_or_path).is_file():
         return load_profile(name_or_path)
     raise ConfigError("hardware", f"{name_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a profile file")
+
+
+def check_choice(choice: str) -> None:
+    """Refuse a ``run --hardware`` value that is neither auto, none, a preset nor a readable profile, before any
+    run (:mod:`distperf.measure.profiles` resolves ``auto`` after the run)."""
+    if choice in ("auto", "none") or choice in PRESETS:
+        return
+    if not Path(choice).is_file():
+        raise ConfigError("hardware", f"{choice!r} is neither auto, none, a preset ({', '.join(PRESETS)}) "
+                                      "nor a profile file")
+    load_profile(choice)

@@ -41,8 +41,8 @@ from ..results import resolve_device
 def main(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from ..hardware import check_choice
     from ..measure.compare import attach
-    from ..measure.profiles import check_choice
     from ..parallel.rules import check_run
 
     cfg, policy = config_and_policy(args)

@@ -21,7 +21,7 @@ import json
 import os
 from pathlib import Path
 
-from ..config import Config, ConfigError
+from ..config import Config
 
 SPEC_FIELDS = ("hidden", "heads", "ffn", "vocab", "seq", "dropout", "arch")
 
@@ -188,14 +188,3 @@ def flops_here(hardware: str | None, threads: int | None) -> float:
     finally:
         torch.set_num_threads(before)
 
-
-def check_choice(choice: str) -> None:
-    """Refuse a --hardware value that is neither auto, none, a preset nor a readable profile, before any run."""
-    from ..hardware import PRESETS, load_profile
-
-    if choice in ("auto", "none") or choice in PRESETS:
-        return
-    if not os.path.isfile(choice):
-        raise ConfigError("hardware", f"{choice!r} is neither auto, none, a preset ({', '.join(PRESETS)}) "
-                                      "nor a profile file")
-    load_profile(choice)
