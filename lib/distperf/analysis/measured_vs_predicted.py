@@ -3,8 +3,8 @@
 :func:`.rows.with_predictions`):
 
 - :func:`hardware_line`: the calibrated profile the predictions used, in one line;
-- :func:`memory_by_category`, :func:`memory_kind`: bytes per category on the most loaded rank, measured and
-  predicted, and what kind of measurement they are;
+- :func:`memory_by_category`, :func:`memory_kind`, :func:`model_state_rows`: bytes per category on the most
+  loaded rank, measured and predicted, what kind of measurement they are, and the model states among them;
 - :func:`memory_rows`, :func:`time_rows`, :func:`error_table`, :func:`styled_error_table`: the table of signed
   errors (predicted − measured)/measured of every quantity a chapter compares;
 - :func:`errors_of`, :func:`error_range`: one quantity's errors, and their range as the prose quotes it.
@@ -49,6 +49,11 @@ def memory_by_category(frame, peak: bool, keep=("label",)):
     memory = pd.DataFrame(table)
     memory["error"] = signed_error(memory.predicted, memory.measured)
     return memory
+
+
+def model_state_rows(memory):
+    """The rows of a :func:`memory_by_category` table that hold model states (every category but activations)."""
+    return memory[memory.category != "activations"]
 
 
 def memory_rows(memory) -> list[dict]:

@@ -52,8 +52,9 @@ def predicted_categories(row) -> pd.Series:
     s, b, h, a = spec.seq, int(row.batch), spec.hidden, spec.heads
     working = act.recompute_working_bytes(s, b, h, a, 1, False, spec.dropout > 0, value_bytes, row.recompute)
     scores = spec.layers * a * s * s * b * value_bytes if row.recompute == "none" else 0
-    return pd.Series({**{f"pred_{k}": predicted[k] for k in STATES}, "pred_activations": predicted["activations"] - working,
-                      "pred_scores": scores, "pred_working": working})
+    return pd.Series({**{f"pred_{k}": predicted[k] for k in STATES},
+                      "pred_activations": predicted["activations"] - working, "pred_scores": scores,
+                      "pred_working": working})
 
 
 def with_predictions(mem):
