@@ -58,11 +58,11 @@ def model_line(run) -> str:
 def zero3_share(memory) -> float | None:
     """ZeRO-3's model states on the most loaded rank over two-rank DDP's (measured; first ZeRO-3 layout), from a
     :func:`.measured_vs_predicted.memory_by_category` table; None without either run."""
-    states = model_state_rows(memory).groupby("label")[["measured", "predicted"]].sum()
-    zero3 = states.filter(like="ZeRO 3", axis=0).measured
+    states = model_state_rows(memory).groupby("label").measured.sum()
+    zero3 = states.filter(like="ZeRO 3")
     if not len(zero3) or "dp 2, ZeRO 0" not in states.index:
         return None
-    return zero3.iloc[0] / states.loc["dp 2, ZeRO 0", "measured"]
+    return zero3.iloc[0] / states["dp 2, ZeRO 0"]
 
 
 def share_text(share: float | None) -> str:
@@ -133,10 +133,11 @@ def exposed_sentence(bucket, exposed: bool) -> str:
     default = bucket[bucket.bucket_mb == float(DDP_BUCKET_MB)]
     if exposed and len(default):
         share = (default[EXPOSED] / default.measured_s).iloc[0]
-        return f"exposed data-parallel communication was {share:.0%} of the iteration at DDP's default 25 MiB bucket"
+        return (f"exposed data-parallel communication was {share:.0%} of the iteration at DDP's default "
+                f"{DDP_BUCKET_MB} MiB bucket")
     share = (default.predicted_exposed_s / default.predicted_s).iloc[0] if len(default) else float("nan")
-    return (f"the framework predicts exposed communication of {share:.0%} of the iteration at the default 25 MiB "
-            "bucket (not measured in this build)")
+    return (f"the framework predicts exposed communication of {share:.0%} of the iteration at the default "
+            f"{DDP_BUCKET_MB} MiB bucket (not measured in this build)")
 
 
 def draw_bucket_times(ax, bucket) -> None:
