@@ -67,9 +67,10 @@ def activation_sentence(memory, peak: bool) -> str:
     that they were not measured unless the runs measured a step's peaks (``peak``)."""
     if not peak:
         return "Activations were not measured in this build; only the model states are compared."
-    a = memory[memory.category == "activations"].pivot_table(index="b", columns="layout", values="measured")
-    return (f"Measured activations per rank: tensor parallelism keeps {(a[TP2] / a[ONE_RANK]).mean():.0%} of one "
-            f"rank's, sequence parallelism {(a[TP2_SP] / a[ONE_RANK]).mean():.0%}.")
+    per_rank = memory[memory.category == "activations"].pivot_table(index="b", columns="layout", values="measured")
+    plain, sequence = (per_rank[TP2] / per_rank[ONE_RANK]).mean(), (per_rank[TP2_SP] / per_rank[ONE_RANK]).mean()
+    return (f"Measured activations per rank: tensor parallelism keeps {plain:.0%} of one rank's, sequence "
+            f"parallelism {sequence:.0%}.")
 
 
 def speeds(tp, column: str = "measured_s"):
