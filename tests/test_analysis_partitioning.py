@@ -168,7 +168,8 @@ def test_finding_with_and_without_a_1f1b_run():
 def test_the_figures_draw():
     import matplotlib.pyplot as plt
 
-    runs = pd.DataFrame([run_row((2, 2), "uniform", activations=(40, 20)), run_row((3, 1), "time", activations=(60, 10)),
+    runs = pd.DataFrame([run_row((2, 2), "uniform", activations=(40, 20)),
+                         run_row((3, 1), "time", activations=(60, 10)),
                          run_row((2, 2), "uniform", schedule="gpipe", activations=(80, 80))])
     parts, stages, kind = pt.partition_tables(runs)
     fig = pt.draw_stages(stages, parts, kind)

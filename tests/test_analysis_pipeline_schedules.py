@@ -180,7 +180,8 @@ def test_memory_by_stage_at_rest_has_no_activations_and_two_versions_for_2bw():
 
 def test_largest_m_weight_ratio_and_inflight_table():
     mem, _ = ps.memory_by_stage(_pipes(dict(schedule="2bw", m=4), dict(schedule="1f1b", m=4),
-                                       dict(schedule="1f1b", m=2), dict(schedule="none", m=8, time=8.0, source="reference"),
+                                       dict(schedule="1f1b", m=2),
+                                       dict(schedule="none", m=8, time=8.0, source="reference"),
                                        dict(schedule="1f1b", m=8, source="reference")))
     m_show, shown = ps.largest_m_fresh(mem)
     assert m_show == 8 and shown.empty  # the largest m was only in reference data

@@ -82,7 +82,8 @@ def speedups(pipes):
 
 def throughput_table(pipes):
     """Throughput per machine, schedule and m, under the names the chapter shows."""
-    table = pipes[["machine", "name", "m", "measured_tps", "predicted_tps", "error"]].sort_values(["machine", "name", "m"])
+    table = pipes[["machine", "name", "m", "measured_tps", "predicted_tps", "error"]]
+    table = table.sort_values(["machine", "name", "m"])
     return table.rename(columns={"name": "schedule", "measured_tps": "measured tokens/s",
                                  "predicted_tps": "predicted tokens/s", "error": "signed error"})
 
@@ -114,7 +115,8 @@ def latest_grid(conv):
     also hold rows of an earlier grid), with ``head`` "tied head" or "untied head"."""
     conv = rows.ok(conv)
     latest = conv.sort_values("date").iloc[-1]
-    conv = conv[(conv["options.lr"] == latest["options.lr"]) & (conv["options.steps"] == latest["options.steps"])].copy()
+    same = (conv["options.lr"] == latest["options.lr"]) & (conv["options.steps"] == latest["options.steps"])
+    conv = conv[same].copy()
     conv["head"] = np.where(conv["config.model.tied"].astype(str) == "True", "tied head", "untied head")
     return conv
 
@@ -186,8 +188,8 @@ def simulation_remark(sim, final, steps: int, summary) -> str:
         trainer_tail = final.loc[("tied head", 0), "2bw"] if ("tied head", 0) in final.index else np.nan
         vanilla_tail = final.loc[("tied head", 0), "1f1b"] if ("tied head", 0) in final.index else np.nan
         agree = abs(sim_tail - trainer_tail) <= SIMULATION_AGREES * abs(trainer_tail - vanilla_tail)
-        return (f"A one-process simulation of the rule W(t+1) = W(t) − ν∇f(W(t−1)) — no pipeline, same model, data "
-                f"and seed 0 with the tied head — ends at {sim_tail:.3f} nats per byte against the 2BW trainer's "
+        return (f"A one-process simulation of the rule W(t+1) = W(t) − ν∇f(W(t−1)) — no pipeline, same model, "
+                f"data and seed 0 with the tied head — ends at {sim_tail:.3f} nats per byte against the 2BW trainer's "
                 f"{trainer_tail:.3f} and vanilla's {vanilla_tail:.3f}: "
                 + ("the gap belongs to the one-step-stale update at this learning rate and length, not to the "
                    "pipeline that implements it." if agree else
