@@ -124,7 +124,8 @@ def test_the_simulated_bubble_is_the_closed_form(kind, d, m):
 def test_bubble_check_tabulates_both_schedules_at_every_depth_and_m():
     sim = ps.bubble_check(depths=(2, 4), microbatches=(1, 8))
     assert len(sim) == 8 and set(sim.kind) == {"gpipe", "1f1b"}
-    assert (sim.simulated - sim.closed_form).abs().max() < 1e-12
+    assert ps.simulation_max_difference(sim) < 1e-12
+    assert ps.simulation_max_difference(sim.assign(simulated=sim.closed_form + ([0.0] * 7 + [-0.25]))) == 0.25
 
 
 def test_gantt_timelines_draw_gpipe_1f1b_and_two_batches_of_2bw():
@@ -242,6 +243,10 @@ def test_2bw_speedup_over_1f1b_where_both_ran():
     assert speedup.to_dict() == {2: 1.5}
     assert ps.speedup_sentence(speedup) == "1.50× at m = 2"
     assert ps.speedup_sentence(speedup.iloc[:0]) == "not measured"
+
+
+def test_median_abs_error():
+    assert ps.median_abs_error(pd.DataFrame({"error": [-0.3, 0.1, 0.2]})) == 0.2
 
 
 def test_bubble_gap_is_the_median_of_measured_minus_predicted():

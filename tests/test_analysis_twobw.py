@@ -140,6 +140,7 @@ def test_final_losses_summary_and_whether_2bw_tracks_vanilla():
     assert "with the tied head, 2BW's loss differs from vanilla by +0.050 nats per byte (+2.4%), within" in sentence
     assert "with the untied head" in sentence and "outside the seed-to-seed spread of vanilla (0.014)" in sentence
     assert twobw.loss_drop(curves, final) == pytest.approx(5.0 - np.mean([2.0, 2.2, 3.0, 3.02]))
+    assert twobw.seed_count(final) == 2
     table = twobw.convergence_table(final)
     assert list(table.columns) == ["head", "seed", "vanilla 1F1B", "2BW", "2BW − vanilla"]
 
@@ -164,6 +165,11 @@ def test_simulation_remark_on_each_outcome():
     assert twobw.simulation_remark(sim.iloc[:0], final, steps, summary).startswith("At this scale the one-step delay")
     tracking = summary.assign(tracks=True)
     assert twobw.simulation_remark(sim.iloc[:0], final, steps, tracking) == "The delay costs nothing measurable here."
+
+
+def test_simulation_runs_of_this_build_and_the_same_length():
+    sim = pd.DataFrame({"source": ["fresh", "fresh", "reference"], "steps": [10, 20, 10]})
+    assert twobw.simulation_runs(sim, 10).index.tolist() == [0]
 
 
 def test_conv_model_line():

@@ -152,6 +152,11 @@ def bubble_check(depths=(2, 4, 8), microbatches=(1, 2, 4, 8, 16, 32)):
                         columns=["kind", "d", "m", "simulated", "closed_form"])
 
 
+def simulation_max_difference(sim) -> float:
+    """The largest absolute difference between the simulated and the closed-form bubble of :func:`bubble_check`."""
+    return (sim.simulated - sim.closed_form).abs().max()
+
+
 def gantt_timelines(d: int, m: int) -> dict:
     """The timelines drawn in the Gantt figure, by title: GPipe, 1F1B and two batches of 2BW on d stages."""
     return {"GPipe": tb.timeline(flush_actions("gpipe", d, m)),
@@ -264,6 +269,11 @@ def states_error_text(states) -> str:
 def activations_error_text(acts) -> str:
     """The range of the activations' signed errors, or "not measured"."""
     return span(acts, "+.0%") if len(acts) else "not measured"
+
+
+def median_abs_error(fresh) -> float:
+    """The median absolute signed error of the calibrated iteration time."""
+    return fresh.error.abs().median()
 
 
 def per_microbatch_trend(fresh) -> float:

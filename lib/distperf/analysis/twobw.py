@@ -178,6 +178,17 @@ def summary_sentence(summary) -> str:
         f"({r.spread:.3f})" for head, r in summary.iterrows())
 
 
+def seed_count(final) -> int:
+    """The number of seeds :func:`final_losses` pairs."""
+    return final.reset_index().seed.nunique()
+
+
+def simulation_runs(sim, steps: int):
+    """This build's runs of the one-process simulation (experiment ``twobw_simulation``) as long as the
+    convergence runs."""
+    return sim[(sim.source == "fresh") & (sim.steps == steps)]
+
+
 def simulation_remark(sim, final, steps: int, summary) -> str:
     """What the one-process simulation of the delayed update (``sim``: this build's rows of the same length)
     says: whether the trainer's 2BW (seed 0, tied head) ends within a tenth of its gap to vanilla of the rule's
