@@ -1,0 +1,319 @@
+"""What the chapter *PipeDream-2BW* (``chapters/twobw.md``) computes: 2BW's throughput against PipeDream-Flush
+and GPipe (the runs of the experiment ``pipeline_schedules``, calibrated as in :mod:`.pipeline_schedules`), its
+second weight version between steps, its convergence against vanilla 1F1B (experiments ``twobw_convergence`` and
+``twobw_simulation``), the verdict, and the paper's results it quotes (:mod:`distperf.published`).
+
+- :func:`throughput_runs`, :func:`speedups`: tokens per second, measured and predicted, and 2BW's speed-up;
+- :func:`weight_ratio`: 2BW's parameter bytes over 1F1B's, per stage;
+- :func:`latest_grid`, :func:`loss_curves`, :func:`final_losses`, :func:`convergence_summary`,
+  :func:`simulation_remark`: the loss curves, paired by seed, and whether 2BW tracks vanilla training;
+- :func:`verdict`, :func:`finding` and the sentences built from data;
+- :func:`draw_memory_model`, :func:`draw_convergence`: the chapter's figures.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import published
+from ..config import Config
+from ..cost import schedules
+from ..results import signed_error
+from . import rows
+from .pipeline_schedules import microbatch_reference, rank_flops
+
+NAMES = {"gpipe": "GPipe", "1f1b": "PipeDream-Flush (1F1B)", "2bw": "PipeDream-2BW"}
+TAIL_FRACTION = 5  # the final loss is the mean over the last fifth of the steps
+SMOOTHING_FRACTION = 20  # the curves' moving mean spans a twentieth of the steps
+SIMULATION_AGREES = 0.1  # the simulated rule agrees when within a tenth of the trainer's gap to vanilla
+
+THROUGHPUT_TABLE_FORMAT = {"measured tokens/s": "{:.0f}", "predicted tokens/s": "{:.0f}", "signed error": "{:+.0%}"}
+SPEEDUP_TABLE_FORMAT = {"measured speed-up": "{:.2f}×", "predicted speed-up": "{:.2f}×", "signed error": "{:+.0%}"}
+CONVERGENCE_TABLE_FORMAT = {"vanilla 1F1B": "{:.4f}", "2BW": "{:.4f}", "2BW − vanilla": "{:+.4f}"}
+
+
+def paper_speedups() -> dict:
+    """The largest speed-ups the paper reports for 2BW (§5.2, Fig. 6), over PipeDream-Flush and over GPipe, as
+    the chapter quotes them ("1.6×")."""
+    return {other: f"{published.value(f'2BW against {other}', 'speed-up, at most'):g}×"
+            for other in ("PipeDream-Flush", "GPipe")}
+
+
+def rank_times(cfg: Config, t_microbatch: float) -> list[float]:
+    """t_r: the one-process time of a microbatch split by each rank's share of the FLOPs, t·F_r / Σ F."""
+    per_rank = rank_flops(cfg)
+    return [t_microbatch * x / sum(per_rank) for x in per_rank]
+
+
+def throughput_runs(runs):
+    """The GPipe, 1F1B and 2BW rows of :func:`.pipeline_schedules.schedule_runs` with the calibrated
+    ``predicted_s`` (v = 1), measured and predicted tokens per second, the signed ``error`` of the throughput and
+    the schedule's ``name``; rows without a one-process reference on their machine are dropped."""
+    reference = microbatch_reference(runs)
+    pipes = runs[runs.schedule.isin(list(NAMES))].copy()
+    pred = []
+    for _, row in pipes.iterrows():
+        t_mb = reference.get((row.machine, row.source), np.nan)
+        pred.append(schedules.pipeline_time(row.schedule, rank_times(rows.config_of_row(row), t_mb), row.m, 1))
+    pipes["predicted_s"] = pred
+    tokens = pipes["config.layout.micro_batch"] * pipes["m"] * pipes["config.model.seq"]
+    pipes["measured_tps"] = tokens / pipes["iteration_time_s.median"]
+    pipes["predicted_tps"] = tokens / pipes["predicted_s"]
+    pipes["error"] = signed_error(pipes.predicted_tps, pipes.measured_tps)
+    pipes["name"] = pipes.schedule.map(NAMES)
+    return pipes.dropna(subset=["predicted_s"])
+
+
+def speedups(pipes):
+    """This build's speed-up of 2BW over 1F1B and over GPipe at each m where both ran, measured and predicted
+    (tokens per second over tokens per second), with the signed error of the prediction."""
+    fresh = pipes[pipes.source == "fresh"].set_index(["schedule", "m"])
+    speed = []
+    for m in sorted({m for _, m in fresh.index}):
+        for other in ("1f1b", "gpipe"):
+            if ("2bw", m) in fresh.index and (other, m) in fresh.index:
+                a, o = fresh.loc[("2bw", m)], fresh.loc[(other, m)]
+                speed.append(dict(m=m, against=NAMES[other], measured=a.measured_tps / o.measured_tps,
+                                  predicted=a.predicted_tps / o.predicted_tps))
+    speed = pd.DataFrame(speed, columns=["m", "against", "measured", "predicted"])
+    speed["signed error"] = signed_error(speed.predicted, speed.measured)
+    return speed
+
+
+def throughput_table(pipes):
+    """Throughput per machine, schedule and m, under the names the chapter shows."""
+    table = pipes[["machine", "name", "m", "measured_tps", "predicted_tps", "error"]]
+    table = table.sort_values(["machine", "name", "m"])
+    return table.rename(columns={"name": "schedule", "measured_tps": "measured tokens/s",
+                                 "predicted_tps": "predicted tokens/s", "error": "signed error"})
+
+
+def speedup_table(speed):
+    """:func:`speedups` under the names the chapter shows."""
+    return speed.rename(columns={"measured": "measured speed-up", "predicted": "predicted speed-up"})
+
+
+def weight_ratio(pipes):
+    """Per stage, the largest parameter bytes this build's 2BW runs keep between steps over 1F1B's (empty where
+    either was not measured)."""
+    mem = pd.DataFrame([dict(name=row["name"], schedule=row.schedule, m=row.m, stage=r, weights=x["parameters"])
+                        for _, row in pipes[pipes.source == "fresh"].iterrows()
+                        for r, x in enumerate(rows.json_cell(row["model_state_bytes_at_rest"]))])
+    if not len(mem):
+        return pd.Series(dtype=float)
+    w = mem.groupby(["schedule", "stage"]).weights.max().unstack("schedule")
+    return (w["2bw"] / w["1f1b"]) if {"2bw", "1f1b"} <= set(w.columns) else pd.Series(dtype=float)
+
+
+def weight_ratio_sentence(ratio) -> str:
+    """:func:`weight_ratio` per stage, or "not measured"."""
+    return ", ".join(f"{v:.3f} on stage {r}" for r, v in ratio.items()) or "not measured"
+
+
+def latest_grid(conv):
+    """The convergence runs that ran with the learning rate and length of the latest run (a results table may
+    also hold rows of an earlier grid), with ``head`` "tied head" or "untied head"."""
+    conv = rows.ok(conv)
+    latest = conv.sort_values("date").iloc[-1]
+    same = (conv["options.lr"] == latest["options.lr"]) & (conv["options.steps"] == latest["options.steps"])
+    conv = conv[same].copy()
+    conv["head"] = np.where(conv["config.model.tied"].astype(str) == "True", "tied head", "untied head")
+    return conv
+
+
+def loss_curves(conv) -> tuple[pd.DataFrame, int, int]:
+    """(one row per run and step with the loss and its moving mean ``smoothed`` over ``window`` steps, the number
+    of steps, the window: a twentieth of the steps, at least one)."""
+    curves = pd.DataFrame([dict(machine=row.machine, source=row.source, head=row["head"], seed=int(row["arg.seed"]),
+                                schedule=row["arg.schedule"], step=i + 1, loss=x)
+                           for _, row in conv.iterrows() for i, x in enumerate(rows.json_cell(row["losses"]))])
+    steps = int(curves.step.max())
+    window = max(1, steps // SMOOTHING_FRACTION)
+    curves["smoothed"] = curves.groupby(["machine", "source", "head", "seed", "schedule"]).loss.transform(
+        lambda x: x.rolling(window, min_periods=1).mean())
+    return curves, steps, window
+
+
+def tail_start(steps: int) -> int:
+    """The number of steps before the last fifth (at least the last step is kept)."""
+    return steps - max(1, steps // TAIL_FRACTION)
+
+
+def final_losses(curves, steps: int):
+    """Mean loss over the last fifth of the steps per head and seed (rows), for 1F1B and 2BW (columns), with the
+    paired ``difference`` 2BW − 1F1B."""
+    tail = curves[curves.step > tail_start(steps)]
+    final = tail.groupby(["head", "seed", "schedule"]).loss.mean().unstack("schedule")
+    final["difference"] = final["2bw"] - final["1f1b"]
+    return final
+
+
+def convergence_summary(final):
+    """Per head: mean final loss of vanilla and 2BW, mean paired difference ``diff``, the seed-to-seed standard
+    deviation of vanilla ``spread`` (NaN with one seed), and whether 2BW ``tracks`` vanilla: |diff| ≤ spread."""
+    summary = final.groupby("head").agg(vanilla=("1f1b", "mean"), twobw=("2bw", "mean"), diff=("difference", "mean"),
+                                        spread=("1f1b", lambda x: x.std(ddof=1) if len(x) > 1 else np.nan))
+    summary["tracks"] = summary["diff"].abs() <= summary["spread"]
+    return summary
+
+
+def convergence_table(final):
+    """:func:`final_losses` per head and seed under the names the chapter shows."""
+    return final.reset_index().rename(columns={"head": "head", "1f1b": "vanilla 1F1B", "2bw": "2BW",
+                                               "difference": "2BW − vanilla"})
+
+
+def loss_drop(curves, final) -> float:
+    """How far the loss falls over a run: the mean first-step loss over both schedules minus vanilla's mean
+    final loss."""
+    first = curves[curves.step == 1].groupby("schedule").loss.mean()
+    return first.mean() - final["1f1b"].mean()
+
+
+def summary_sentence(summary) -> str:
+    """Per head, 2BW's final loss against vanilla's and whether it is within the seed-to-seed spread."""
+    return "; ".join(
+        f"with the {head}, 2BW's loss differs from vanilla by {r['diff']:+.3f} nats per byte "
+        f"({r['diff'] / r.vanilla:+.1%}), {'within' if r.tracks else 'outside'} the seed-to-seed spread of vanilla "
+        f"({r.spread:.3f})" for head, r in summary.iterrows())
+
+
+def seed_count(final) -> int:
+    """The number of seeds :func:`final_losses` pairs."""
+    return final.reset_index().seed.nunique()
+
+
+def simulation_runs(sim, steps: int):
+    """This build's runs of the one-process simulation (experiment ``twobw_simulation``) as long as the
+    convergence runs."""
+    return sim[(sim.source == "fresh") & (sim.steps == steps)]
+
+
+def simulation_remark(sim, final, steps: int, summary) -> str:
+    """What the one-process simulation of the delayed update (``sim``: this build's rows of the same length)
+    says: whether the trainer's 2BW (seed 0, tied head) ends within a tenth of its gap to vanilla of the rule's
+    own final loss; without a simulation, whether the delay costs more than the seed noise."""
+    if len(sim):
+        sim_losses = np.array(rows.json_cell(sim.iloc[-1]["losses"]))
+        sim_tail = sim_losses[tail_start(steps):].mean()
+        trainer_tail = final.loc[("tied head", 0), "2bw"] if ("tied head", 0) in final.index else np.nan
+        vanilla_tail = final.loc[("tied head", 0), "1f1b"] if ("tied head", 0) in final.index else np.nan
+        agree = abs(sim_tail - trainer_tail) <= SIMULATION_AGREES * abs(trainer_tail - vanilla_tail)
+        return (f"A one-process simulation of the rule W(t+1) = W(t) − ν∇f(W(t−1)) — no pipeline, same model, "
+                f"data and seed 0 with the tied head — ends at {sim_tail:.3f} nats per byte against the 2BW trainer's "
+                f"{trainer_tail:.3f} and vanilla's {vanilla_tail:.3f}: "
+                + ("the gap belongs to the one-step-stale update at this learning rate and length, not to the "
+                   "pipeline that implements it." if agree else
+                   "the trainer does not follow the rule it implements here, a question for the trainer."))
+    if not summary.tracks.any():
+        return ("At this scale the one-step delay costs more than the seed-to-seed noise; the paper's runs are far "
+                "longer and use a ten times smaller learning rate.")
+    return "The delay costs nothing measurable here."
+
+
+def conv_model_line(row) -> str:
+    """The convergence runs' model and training in a few words."""
+    return (f"{int(row['config.model.layers'])} layers, h = {int(row['config.model.hidden'])}, "
+            f"s = {int(row['config.model.seq'])}, b = {int(row['config.layout.micro_batch'])}, "
+            f"m = {int(row['config.layout.microbatches'])}, Adam, lr {row['options.lr']:g}")
+
+
+def flush_speedups(speed):
+    """The rows of :func:`speedups` against PipeDream-Flush."""
+    return speed[speed.against == NAMES["1f1b"]]
+
+
+def always_faster(flush_speed) -> bool:
+    """Whether 2BW was measured faster than Flush at every m (and at least one)."""
+    return bool(len(flush_speed)) and bool((flush_speed.measured > 1).all())
+
+
+def faster_sentence(faster: bool) -> str:
+    """:func:`always_faster` in words, as the chapter's sentence needs it."""
+    return "faster than" if faster else "not always faster than"
+
+
+def tracks_vanilla(summary) -> tuple[bool, bool]:
+    """Whether 2BW tracks vanilla training (:func:`convergence_summary`) for every head (and at least one), and
+    for some head."""
+    return bool(len(summary)) and bool(summary.tracks.all()), bool(summary.tracks.any())
+
+
+def speed_sentence(flush_speed) -> str:
+    """Measured and predicted speed-up over Flush at each m, or "not measured"."""
+    return ", ".join(f"{r.measured:.2f}× (predicted {r.predicted:.2f}×) at m = {r.m}"
+                     for r in flush_speed.itertuples()) or "not measured"
+
+
+def verdict(faster: bool, tracks_all: bool, tracks_any: bool) -> str:
+    """"reproduced" when 2BW is faster than Flush at every m and tracks vanilla for every head; "depends" with
+    one of the two (or tracking for some head); else "not reproduced"."""
+    return ("reproduced" if faster and tracks_all else
+            "depends" if faster or tracks_any else "not reproduced")
+
+
+def finding(flush_speed, summary) -> str:
+    """The chapter's finding in one sentence."""
+    return (f"2BW ran {flush_speed.measured.mean():.2f}× as fast as PipeDream-Flush on average; its final "
+            f"training loss differed from vanilla by "
+            + ", ".join(f"{r['diff']:+.3f} ({head})" for head, r in summary.iterrows())
+            + " nats/byte against a seed spread of about " + f"{summary['spread'].mean():.3f}.")
+
+
+def draw_memory_model(depth: int = 8, weights: float = 1.0, activations_total: float = 4.0,
+                      activations_input: float = 0.05):
+    """Per-worker memory of 2BW and GPipe with recomputation (:func:`distperf.cost.schedules.pipedream_2bw_memory`,
+    :func:`~distperf.cost.schedules.gpipe_memory`) against m = d, 2d, ..., 8d, in units of |W|; the default sizes
+    are illustrative (activations a few times the weights, one stage's input small), not measured."""
+    import matplotlib.pyplot as plt
+
+    ms = np.arange(depth, 8 * depth + 1, depth)
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    ax.plot(ms, [schedules.pipedream_2bw_memory(weights, activations_total, activations_input, depth) for _ in ms],
+            ls="--", label="2BW (2 versions)")
+    ax.plot(ms, [schedules.gpipe_memory(weights, activations_total, activations_input, depth, m) for m in ms],
+            ls="--", label="GPipe (m input stashes)")
+    ax.set_xlabel("microbatches per batch m")
+    ax.set_ylabel("memory per worker (units of |W|)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def draw_convergence(curves, window: int):
+    """Per head (rows): the smoothed loss of vanilla 1F1B (solid) and 2BW (dashed), one line per seed, and the
+    paired difference 2BW − vanilla per seed."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from ..plots import PALETTE
+
+    heads = sorted(curves["head"].unique())
+    fig, axes = plt.subplots(len(heads), 2, figsize=(9.0, 3.6 * len(heads)), squeeze=False)
+    colours = dict(zip(["1f1b", "2bw"], sns.color_palette(PALETTE, 2)))
+    for (ax, ax_d), head in zip(axes, heads):
+        part_h = curves[curves["head"] == head]
+        for (sched, seed), part in part_h.groupby(["schedule", "seed"]):
+            ax.plot(part.step, part.smoothed, color=colours[sched], lw=1.0, alpha=0.8,
+                    ls="-" if sched == "1f1b" else "--", label=f"{NAMES[sched]}" if seed == part_h.seed.min() else None)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(f"loss (nats/byte, mean of {window} steps)")
+        ax.set_title(head, fontsize="small")
+        ax.legend(fontsize="x-small")
+        _draw_paired_difference(ax_d, part_h, head)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_paired_difference(ax, curves_of_head, head: str) -> None:
+    """The smoothed 2BW − vanilla loss per seed of one head."""
+    import seaborn as sns
+
+    paired = curves_of_head.pivot_table(index=["seed", "step"], columns="schedule", values="smoothed").reset_index()
+    for colour, (seed, part) in zip(sns.color_palette("dark", paired.seed.nunique()), paired.groupby("seed")):
+        ax.plot(part.step, part["2bw"] - part["1f1b"], color=colour, lw=1.0, label=f"seed {seed}")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("2BW − vanilla (nats/byte)")
+    ax.set_title(head, fontsize="small")
+    ax.legend(fontsize="x-small")

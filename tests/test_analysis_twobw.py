@@ -1,0 +1,221 @@
+"""The PipeDream-2BW chapter's analysis (distperf.analysis.twobw), on small synthetic tables."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from distperf import presets, published  # noqa: E402
+from distperf.analysis import pipeline_schedules as ps  # noqa: E402
+from distperf.analysis import twobw  # noqa: E402
+from distperf.config import Config, Layout  # noqa: E402
+from distperf.cost import schedules  # noqa: E402
+from distperf.runner.sweep import flatten  # noqa: E402
+
+MODEL = dataclasses.replace(presets.model("tiny"), layers=4)
+
+
+def config(schedule="1f1b", m=4):
+    return Config(model=MODEL, layout=Layout(pp=1 if schedule == "none" else 2, schedule=schedule, microbatches=m))
+
+
+def run_row(schedule="1f1b", m=4, time=1.0, machine="cpu", source="fresh"):
+    """A row of the pipeline_schedules sweep; 2BW keeps two versions of its 100 parameter bytes per stage."""
+    versions = 2 if schedule == "2bw" else 1
+    at_rest = [{"parameters": 100 * versions, "gradients": 100, "optimizer_states": 200}] * 2
+    return {"status": "ok", "machine": machine, "source": source, "iteration_time_s.median": time,
+            "model_state_bytes_at_rest": json.dumps(at_rest), **flatten({"config": config(schedule, m).to_dict()})}
+
+
+def pipes(*specs):
+    runs = ps.schedule_runs(pd.DataFrame([run_row("none", 4, 4.0)] + [run_row(**s) for s in specs]))
+    return twobw.throughput_runs(runs)
+
+
+def test_the_paper_speedups_come_from_the_published_table():
+    quoted = twobw.paper_speedups()
+    for other in ("PipeDream-Flush", "GPipe"):
+        value = published.value(f"2BW against {other}", "speed-up, at most")
+        assert quoted[other] == f"{value:g}×" and float(quoted[other][:-1]) == value
+
+
+def test_rank_times_split_a_microbatch_by_flop_share():
+    t_r = twobw.rank_times(config(), 2.0)
+    flops = ps.rank_flops(config())
+    assert t_r == [2.0 * x / sum(flops) for x in flops] and sum(t_r) == pytest.approx(2.0)
+
+
+def test_throughput_runs_predict_tokens_per_second_from_the_calibration():
+    p = pipes(dict(schedule="1f1b", time=2.0), dict(schedule="2bw", time=1.5), dict(schedule="interleaved"),
+              dict(schedule="gpipe", machine="gpu"))
+    assert p.schedule.tolist() == ["1f1b", "2bw"]  # interleaved is not compared; "gpu" has no reference
+    flush = p.iloc[0]
+    assert flush.predicted_s == schedules.pipeline_time("1f1b", twobw.rank_times(config(), 1.0), 4, 1)
+    assert flush.measured_tps == 1 * 4 * 16 / 2.0 and flush.predicted_tps == 64 / flush.predicted_s
+    assert flush.error == (flush.predicted_tps - flush.measured_tps) / flush.measured_tps
+    assert p.name.tolist() == ["PipeDream-Flush (1F1B)", "PipeDream-2BW"]
+
+
+def test_speedups_where_2bw_and_the_other_schedule_both_ran():
+    p = pipes(dict(schedule="1f1b", m=4, time=2.0), dict(schedule="2bw", m=4, time=1.0),
+              dict(schedule="gpipe", m=4, time=4.0), dict(schedule="gpipe", m=8, time=4.0),
+              dict(schedule="2bw", m=4, time=0.1, source="reference"))
+    speed = twobw.speedups(p)
+    assert speed[["m", "against", "measured"]].values.tolist() == [[4, "PipeDream-Flush (1F1B)", 2.0],
+                                                                    [4, "GPipe", 4.0]]
+    t_r = twobw.rank_times(config(), 1.0)
+    assert speed.predicted.iloc[0] == pytest.approx(1 + min(t_r) / (4 * max(t_r)))  # (m + p − 1)/m, unequal stages
+    assert speed["signed error"].iloc[1] == (speed.predicted.iloc[1] - 4.0) / 4.0
+    empty = twobw.speedups(pipes(dict(schedule="1f1b")))
+    assert empty.empty and list(empty.columns) == ["m", "against", "measured", "predicted", "signed error"]
+    assert list(twobw.speedup_table(speed).columns[2:4]) == ["measured speed-up", "predicted speed-up"]
+    assert set(twobw.THROUGHPUT_TABLE_FORMAT) <= set(twobw.throughput_table(p).columns)
+
+
+def test_weight_ratio_per_stage_and_its_sentence():
+    ratio = twobw.weight_ratio(pipes(dict(schedule="1f1b"), dict(schedule="2bw")))
+    assert ratio.tolist() == [2.0, 2.0]
+    assert twobw.weight_ratio_sentence(ratio) == "2.000 on stage 0, 2.000 on stage 1"
+    assert twobw.weight_ratio(pipes(dict(schedule="2bw"))).empty
+    assert twobw.weight_ratio(pipes(dict(schedule="2bw", source="reference"))).empty
+    assert twobw.weight_ratio_sentence(pd.Series(dtype=float)) == "not measured"
+
+
+def conv_row(schedule, seed, losses, tied=True, lr=1e-3, steps=None, date="2026-01-02", status="ok", source="fresh"):
+    return {"status": status, "machine": "cpu", "source": source, "date": date, "options.lr": lr,
+            "options.steps": steps or len(losses), "config.model.tied": str(tied), "arg.seed": seed,
+            "arg.schedule": schedule, "losses": json.dumps(losses), "config.model.layers": 2,
+            "config.model.hidden": 32.0, "config.model.seq": 16, "config.layout.micro_batch": 2,
+            "config.layout.microbatches": 2}
+
+
+def test_latest_grid_keeps_the_latest_learning_rate_and_length():
+    conv = pd.DataFrame([conv_row("1f1b", 0, [1.0] * 4, lr=1e-2, date="2026-01-01"),
+                         conv_row("1f1b", 0, [1.0] * 4, tied=False), conv_row("2bw", 0, [1.0] * 4),
+                         conv_row("2bw", 1, [1.0] * 4, status="failed")])
+    grid = twobw.latest_grid(conv)
+    assert grid.index.tolist() == [1, 2] and grid["head"].tolist() == ["untied head", "tied head"]
+
+
+def test_loss_curves_smooth_over_a_twentieth_of_the_steps():
+    conv = twobw.latest_grid(pd.DataFrame([conv_row("1f1b", 0, list(range(40, 0, -1)))]))
+    curves, steps, window = twobw.loss_curves(conv)
+    assert steps == 40 and window == 2 and len(curves) == 40
+    assert curves.smoothed.tolist()[:3] == [40.0, 39.5, 38.5]
+    short = twobw.latest_grid(pd.DataFrame([conv_row("1f1b", 0, [3.0, 1.0])]))
+    assert twobw.loss_curves(short)[1:] == (2, 1)
+    assert twobw.tail_start(40) == 32 and twobw.tail_start(3) == 2
+
+
+def curves_of(final_by_run: dict, steps=10, first=5.0):
+    """Curves that start at ``first`` and sit at a run's final loss from the second step on."""
+    rows = [conv_row(s, seed, [first] + [loss] * (steps - 1), tied=head == "tied head")
+            for (head, seed, s), loss in final_by_run.items()]
+    curves, steps, _ = twobw.loss_curves(twobw.latest_grid(pd.DataFrame(rows)))
+    return curves, steps
+
+
+def test_final_losses_summary_and_whether_2bw_tracks_vanilla():
+    curves, steps = curves_of({("tied head", 0, "1f1b"): 2.0, ("tied head", 0, "2bw"): 2.05,
+                               ("tied head", 1, "1f1b"): 2.2, ("tied head", 1, "2bw"): 2.25,
+                               ("untied head", 0, "1f1b"): 3.0, ("untied head", 0, "2bw"): 3.5,
+                               ("untied head", 1, "1f1b"): 3.02, ("untied head", 1, "2bw"): 3.5})
+    final = twobw.final_losses(curves, steps)
+    assert final.loc[("tied head", 1), "difference"] == pytest.approx(0.05)
+    summary = twobw.convergence_summary(final)
+    assert summary.loc["tied head", "spread"] == pytest.approx(np.std([2.0, 2.2], ddof=1))
+    assert summary.tracks.tolist() == [True, False]
+    assert twobw.tracks_vanilla(summary) == (False, True)
+    assert twobw.tracks_vanilla(summary.iloc[:1]) == (True, True)
+    assert twobw.tracks_vanilla(summary.iloc[:0]) == (False, False)
+    sentence = twobw.summary_sentence(summary)
+    assert "with the tied head, 2BW's loss differs from vanilla by +0.050 nats per byte (+2.4%), within" in sentence
+    assert "with the untied head" in sentence and "outside the seed-to-seed spread of vanilla (0.014)" in sentence
+    assert twobw.loss_drop(curves, final) == pytest.approx(5.0 - np.mean([2.0, 2.2, 3.0, 3.02]))
+    assert twobw.seed_count(final) == 2
+    table = twobw.convergence_table(final)
+    assert list(table.columns) == ["head", "seed", "vanilla 1F1B", "2BW", "2BW − vanilla"]
+
+
+def test_one_seed_has_no_spread_and_does_not_track():
+    curves, steps = curves_of({("tied head", 0, "1f1b"): 2.0, ("tied head", 0, "2bw"): 2.0})
+    summary = twobw.convergence_summary(twobw.final_losses(curves, steps))
+    assert math.isnan(summary.spread.iloc[0]) and not summary.tracks.iloc[0]
+
+
+def test_simulation_remark_on_each_outcome():
+    curves, steps = curves_of({("tied head", 0, "1f1b"): 2.0, ("tied head", 0, "2bw"): 3.0,
+                               ("tied head", 1, "1f1b"): 2.0, ("tied head", 1, "2bw"): 3.0})
+    final = twobw.final_losses(curves, steps)
+    summary = twobw.convergence_summary(final)
+    sim = pd.DataFrame({"losses": [json.dumps([5.0] * 8 + [3.05] * 2)]})
+    agrees = twobw.simulation_remark(sim, final, steps, summary)
+    assert "ends at 3.050 nats per byte against the 2BW trainer's 3.000 and vanilla's 2.000" in agrees
+    assert agrees.endswith("not to the pipeline that implements it.")
+    sim = pd.DataFrame({"losses": [json.dumps([5.0] * 8 + [3.2] * 2)]})
+    assert twobw.simulation_remark(sim, final, steps, summary).endswith("a question for the trainer.")
+    assert twobw.simulation_remark(sim.iloc[:0], final, steps, summary).startswith("At this scale the one-step delay")
+    tracking = summary.assign(tracks=True)
+    assert twobw.simulation_remark(sim.iloc[:0], final, steps, tracking) == "The delay costs nothing measurable here."
+
+
+def test_simulation_runs_of_this_build_and_the_same_length():
+    sim = pd.DataFrame({"source": ["fresh", "fresh", "reference"], "steps": [10, 20, 10]})
+    assert twobw.simulation_runs(sim, 10).index.tolist() == [0]
+
+
+def test_conv_model_line():
+    assert twobw.conv_model_line(pd.Series(conv_row("1f1b", 0, [1.0]))) == (
+        "2 layers, h = 32, s = 16, b = 2, m = 2, Adam, lr 0.001")
+
+
+def _speed(measured, predicted=None):
+    return pd.DataFrame({"m": range(2, 2 + len(measured)), "against": twobw.NAMES["1f1b"], "measured": measured,
+                         "predicted": predicted or [1.5] * len(measured)})
+
+
+def test_flush_speedups_and_their_sentences():
+    speed = pd.concat([_speed([1.2, 0.9]), _speed([3.0]).assign(against="GPipe")])
+    flush = twobw.flush_speedups(speed)
+    assert flush.measured.tolist() == [1.2, 0.9]
+    assert not twobw.always_faster(flush) and twobw.always_faster(flush[flush.measured > 1])
+    assert not twobw.always_faster(flush.iloc[:0])
+    assert twobw.faster_sentence(True) == "faster than" and twobw.faster_sentence(False) == "not always faster than"
+    assert twobw.speed_sentence(flush) == "1.20× (predicted 1.50×) at m = 2, 0.90× (predicted 1.50×) at m = 3"
+    assert twobw.speed_sentence(flush.iloc[:0]) == "not measured"
+
+
+@pytest.mark.parametrize("faster, tracks_all, tracks_any, expected", [
+    (True, True, True, "reproduced"), (True, False, False, "depends"), (False, True, True, "depends"),
+    (False, False, True, "depends"), (False, False, False, "not reproduced")])
+def test_verdict_needs_both_speed_and_tracking(faster, tracks_all, tracks_any, expected):
+    assert twobw.verdict(faster, tracks_all, tracks_any) == expected
+
+
+def test_finding_quotes_speed_and_loss_difference_per_head():
+    summary = pd.DataFrame({"diff": [0.05, -0.01], "spread": [0.02, 0.04]}, index=["tied head", "untied head"])
+    assert twobw.finding(_speed([1.2, 1.4]), summary) == (
+        "2BW ran 1.30× as fast as PipeDream-Flush on average; its final training loss differed from vanilla by "
+        "+0.050 (tied head), -0.010 (untied head) nats/byte against a seed spread of about 0.030.")
+
+
+def test_the_figures_draw():
+    import matplotlib.pyplot as plt
+
+    fig = twobw.draw_memory_model(depth=4)
+    two, gpipe = fig.axes[0].get_lines()
+    assert two.get_xdata().tolist() == [4, 8, 12, 16, 20, 24, 28, 32]
+    assert len(set(two.get_ydata())) == 1 and gpipe.get_ydata()[-1] > gpipe.get_ydata()[0]
+    curves, _ = curves_of({("tied head", 0, "1f1b"): 2.0, ("tied head", 0, "2bw"): 2.1,
+                           ("untied head", 0, "1f1b"): 2.0, ("untied head", 0, "2bw"): 2.1})
+    fig = twobw.draw_convergence(curves, 1)
+    assert len(fig.axes) == 4 and fig.axes[2].get_title() == "untied head"
+    plt.close("all")
