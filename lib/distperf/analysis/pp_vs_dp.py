@@ -47,9 +47,12 @@ def pp_over_dp(wide):
 
 
 def crossover(rates, ratios):
-    """The rate where PP/DP crosses 1, or None: the first rate whose ratio is exactly 1, else log-linear
-    interpolation of log(PP/DP) against log(rate) between the first two neighbouring rates where it changes
-    sign. ``rates`` in the order to scan (ascending in the book)."""
+    """The rate where PP/DP crosses 1, or None: scanning ``rates`` in order (ascending in the book), the first
+    rate whose ratio is exactly 1 (but the last), else the first pair of neighbouring rates between which
+    log(PP/DP) changes sign, interpolated linearly in log(rate):
+
+        x = exp(log r_i + f · (log r_{i+1} − log r_i)),   f = log ρ_i / (log ρ_i − log ρ_{i+1}).
+    """
     rates, ratios = np.asarray(rates, float), np.log(np.asarray(ratios, float))
     for i in range(len(rates) - 1):
         if ratios[i] == 0 or ratios[i] * ratios[i + 1] < 0:
