@@ -23,7 +23,7 @@ from .. import book, presets, results
 from ..cost import predict
 from ..emulation import spec as netspec
 from .pp_vs_dp import DP_LAYOUT, PP_LAYOUT, crossover, global_batch, layout_names, pp_over_dp
-from .rows import config_of_row
+from .rows import config_of_row, ok
 
 PREDICTED_RATES = np.logspace(6, 10, 161)  # 1 Mbit/s to 10 Gbit/s, for the predicted curves
 EXPOSED = "communication.exposed_s.data_parallel"
@@ -38,7 +38,7 @@ BUCKET_KEYS = ("net-bucket-rate", "net-bucket-range", "net-bucket-predicted-best
 def measured_or_why(frame):
     """``(rows, "")`` with the rows that ran (status ``ok``), or ``(None, reason)`` where none did: the sweep's
     first message, else 'no configuration ran'."""
-    good = frame[frame.status == "ok"].copy()
+    good = ok(frame)
     if len(good):
         return good, ""
     reasons = frame.get("message", pd.Series(dtype=str)).dropna()
