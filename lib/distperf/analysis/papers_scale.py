@@ -14,10 +14,8 @@ from .. import presets, published, results
 from ..config import MODEL_STATES, Config, Layout, Training
 from ..cost import predict
 from ..cost.model_states import bytes_per_parameter, zero_model_state_bytes
-from .analytical_framework import TWO_BW_MODELS, count_of, item_settings, preset_parameters
+from .analytical_framework import BILLION, GIB, TWO_BW_MODELS, count_of, item_settings, preset_parameters
 
-BILLION = 1e9
-GIB = 2**30
 UNIT_SCALE = {"GB": BILLION}  # published model-state sizes in units of one byte
 
 # How the comparison names each published source: (source, where) → label.
@@ -270,7 +268,7 @@ def finding(fresh: pd.DataFrame, comparison: pd.DataFrame) -> str:
     meta device, how many published values agree, and the largest difference."""
     row = fresh[fresh.model == "gpt3-175b"].iloc[0]
     exact = exact_count(fresh.predicted, fresh.parameters)
-    return (f"The cost model counts GPT-3's {row.parameters / 1e9:.2f} billion parameters and the other "
+    return (f"The cost model counts GPT-3's {row.parameters / BILLION:.2f} billion parameters and the other "
             f"{len(fresh) - 1} paper models exactly as the real modules hold them ({exact} of {len(fresh)} exact on "
             f"the meta device); {count_of(comparison.agrees)} published values agree after rounding, the largest "
             f"difference {worst(comparison).error:+.2%}.")
