@@ -10,25 +10,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from distperf import presets, published  # noqa: E402
+from distperf import presets  # noqa: E402
 from distperf.analysis import analytical_framework as framework  # noqa: E402
 from distperf.config import MEMORY_CATEGORIES, Config, Layout, ModelSpec, Training  # noqa: E402
 from distperf.cost import activations, predict  # noqa: E402
+from conftest import published_row  # noqa: E402
 
 TINY_PARAMETERS = 2 * (12 * 32**2 + 13 * 32) + (256 + 16) * 32 + 2 * 32  # L(12h² + 13h) + (V + s)h + 2h
 
 
-def row(source, where, item, quantity, value, unit):
-    return {"source": source, "where": where, "item": item, "quantity": quantity, "value": float(value),
-            "unit": unit, "read": "text", "note": ""}
-
-
-@pytest.fixture
-def fake_published(monkeypatch):
-    """Replace the published table by the rows given."""
-    def use(rows):
-        monkeypatch.setattr(published, "rows", lambda: tuple(rows))
-    return use
 
 
 # Shared helpers ---------------------------------------------------------------------------------------
@@ -71,14 +61,14 @@ def test_styled_formats_the_columns_and_hides_the_index():
 # Parameters -------------------------------------------------------------------------------------------
 
 PARAMETER_ROWS = [
-    row("radford2019language", "released checkpoints (Hugging Face)", "tiny", "parameters", 34176, "count"),
-    row("radford2019language", "released checkpoints (Hugging Face)", "small", "parameters", 1, "count"),
-    row("narayanan2021efficient", "Table 1", "medium", "parameters", 7.0, "billion"),
-    row("narayanan2021efficient", "Table 1", "medium", "something else", 1.0, "billion"),
-    row("narayanan2021memory", "§5 (model names)", "2bw-gpt-1.3b", "parameters", 1.3, "billion"),
-    row("narayanan2021memory", "§5 (model names)", "2bw-gpt-2.2b", "parameters", 2.2, "billion"),
-    row("narayanan2021memory", "§5 (model names)", "2bw-gpt-3.8b", "parameters", 3.8, "billion"),
-    row("narayanan2021memory", "§5 (model names)", "2bw-gpt-28.3b", "parameters", 28.3, "billion"),
+    published_row("radford2019language", "released checkpoints (Hugging Face)", "tiny", "parameters", 34176, "count"),
+    published_row("radford2019language", "released checkpoints (Hugging Face)", "small", "parameters", 1, "count"),
+    published_row("narayanan2021efficient", "Table 1", "medium", "parameters", 7.0, "billion"),
+    published_row("narayanan2021efficient", "Table 1", "medium", "something else", 1.0, "billion"),
+    published_row("narayanan2021memory", "§5 (model names)", "2bw-gpt-1.3b", "parameters", 1.3, "billion"),
+    published_row("narayanan2021memory", "§5 (model names)", "2bw-gpt-2.2b", "parameters", 2.2, "billion"),
+    published_row("narayanan2021memory", "§5 (model names)", "2bw-gpt-3.8b", "parameters", 3.8, "billion"),
+    published_row("narayanan2021memory", "§5 (model names)", "2bw-gpt-28.3b", "parameters", 28.3, "billion"),
 ]
 
 
@@ -115,9 +105,9 @@ def test_flops_table_matches_the_closed_forms():
 
 
 def test_zero_table_reads_psi_and_n_from_the_published_figure(fake_published):
-    fake_published([row("rajbhandari2020zero", "Fig. 1", f"psi=1e9 N=4 zero={k}", "model states per device", gb,
+    fake_published([published_row("rajbhandari2020zero", "Fig. 1", f"psi=1e9 N=4 zero={k}", "model states per device", gb,
                         "GB") for k, gb in enumerate([16.0, 7.0, 5.5, 4.0])]
-                   + [row("rajbhandari2020zero", "§3.1", "psi=1.5e9", "16-bit weights", 3, "GB")])
+                   + [published_row("rajbhandari2020zero", "§3.1", "psi=1.5e9", "16-bit weights", 3, "GB")])
     table = framework.zero_table()
     assert table.stage.tolist() == ["data parallel", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
     # 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N bytes with Ψ = 10⁹, N = 4
@@ -128,7 +118,7 @@ def test_zero_table_reads_psi_and_n_from_the_published_figure(fake_published):
 def test_activation_table_sets_the_cost_model_beside_the_published_form(fake_published):
     spec = ModelSpec(layers=1, hidden=64, heads=4, seq=32)
     coefficients = {"sbh": 1, "sbh/t": 0, "sbh·as/h": 0, "sbh·as/(ht)": 0}
-    fake_published([row("korthikanti2022reducing", "Table 2", setting, f"activation bytes per layer, coefficient of {c}",
+    fake_published([published_row("korthikanti2022reducing", "Table 2", setting, f"activation bytes per layer, coefficient of {c}",
                         v, "bytes") for _, setting, _ in framework.ACTIVATION_CASES for c, v in coefficients.items()])
     table = framework.activation_table(spec, micro_batch=2)
     assert table.setting.tolist() == [label for label, _, _ in framework.ACTIVATION_CASES]

@@ -277,3 +277,13 @@ def test_the_network_finding():
                                                    "inside a node did not always win (1 of 2 rates)")
     assert net.finding(True, None, None, 0, 0).endswith("did not always win (0 of 0 rates)")
     assert math.isclose(net.PREDICTED_RATES[0], 1e6) and math.isclose(net.PREDICTED_RATES[-1], 1e10)
+
+
+def test_a_section_that_did_not_run_says_so_in_every_sentence():
+    rows, measured_x, predicted_x, fig, texts, prov = net.pp_section(None, "needs root", None, {}, {})
+    assert rows is None and measured_x is None and predicted_x is None and "cost model alone" in prov
+    assert set(texts) == set(net.PP_KEYS) and all(t == "not measured (needs root)" for t in texts.values())
+    plt.close(fig)
+    fig, texts, prov = net.bucket_section(None, "needs root", None, {})
+    assert set(texts) == set(net.BUCKET_KEYS) and all("needs root" in t for t in texts.values())
+    plt.close(fig)

@@ -12,27 +12,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from distperf import presets, published  # noqa: E402
+from distperf import presets  # noqa: E402
 from distperf.analysis import papers_scale as papers  # noqa: E402
 from distperf.analysis.analytical_framework import TWO_BW_MODELS, preset_parameters  # noqa: E402
 from distperf.config import Config, Layout  # noqa: E402
 from distperf.cost import predict  # noqa: E402
+from conftest import published_row  # noqa: E402
 
 TINY, SMALL = preset_parameters("tiny"), preset_parameters("small")
 TINY_UNTIED = TINY + 256 * 32  # init_empty_weights unties the head: V·h more
 
 
-def row(source, where, item, quantity, value, unit):
-    return {"source": source, "where": where, "item": item, "quantity": quantity, "value": float(value),
-            "unit": unit, "read": "text", "note": ""}
-
-
-@pytest.fixture
-def fake_published(monkeypatch):
-    """Replace the published table by the rows given."""
-    def use(rows):
-        monkeypatch.setattr(published, "rows", lambda: tuple(rows))
-    return use
 
 
 def meta_rows():
@@ -116,12 +106,12 @@ def test_draw_meta_draws_parameters_and_the_states_of_models_that_stepped():
 # Published values -------------------------------------------------------------------------------------
 
 PUBLISHED = [
-    row("brown2020language", "Table 2.1", "tiny", "parameters", 34176, "count"),
-    row("narayanan2021efficient", "Table 1", "small", "parameters", 0.8, "billion"),
-    row("narayanan2021memory", "§5 (model names)", "2bw-gpt-1.3b", "parameters", 1.3, "billion"),
-    row("rajbhandari2020zero", "§3.1", "psi=1.5e9", "16-bit weights", 3, "GB"),
-    row("rajbhandari2020zero", "§3.1", "psi=1.5e9", "model states, mixed-precision Adam", 25, "GB"),
-    *[row("rajbhandari2020zero", "Fig. 1", f"psi=1e9 N=4 zero={k}", "model states per device", gb, "GB")
+    published_row("brown2020language", "Table 2.1", "tiny", "parameters", 34176, "count"),
+    published_row("narayanan2021efficient", "Table 1", "small", "parameters", 0.8, "billion"),
+    published_row("narayanan2021memory", "§5 (model names)", "2bw-gpt-1.3b", "parameters", 1.3, "billion"),
+    published_row("rajbhandari2020zero", "§3.1", "psi=1.5e9", "16-bit weights", 3, "GB"),
+    published_row("rajbhandari2020zero", "§3.1", "psi=1.5e9", "model states, mixed-precision Adam", 25, "GB"),
+    *[published_row("rajbhandari2020zero", "Fig. 1", f"psi=1e9 N=4 zero={k}", "model states per device", gb, "GB")
       for k, gb in enumerate([16.0, 7.0, 5.5, 4.0])],
 ]
 

@@ -380,6 +380,27 @@ def placement_gain_text(gain) -> str:
                      f"{r['predicted inside/across']:.2f}×" for _, r in gain.iterrows())
 
 
+def pp_section(pp, why: str, hw, fits: dict, like_bits: dict):
+    """The pipeline-against-data section: (rows with predictions, measured crossover, predicted crossover, figure,
+    sentences by glue key, provenance); rows and crossovers None, and every sentence 'not measured (why)', when
+    no run of it ran."""
+    if pp is None:
+        return None, None, None, draw_not_measured(why), not_measured_texts(PP_KEYS, why), book.model_provenance()
+    pp = pp_vs_dp_rows(pp, hw, fits)
+    ratio, curve = measured_ratio(pp), predicted_ratio(pp, hw, fits)
+    measured_x, predicted_x = crossovers(ratio, curve)
+    return (pp, measured_x, predicted_x, draw_pp_vs_dp(pp, ratio, curve, like_bits),
+            pp_texts(pp, ratio, measured_x, predicted_x, like_bits), book.provenance_caption(pp))
+
+
+def bucket_section(bucket, why: str, hw, fits: dict):
+    """The bucket section: (figure, sentences by glue key, provenance), or its 'not measured (why)' form."""
+    if bucket is None:
+        return draw_not_measured(why), not_measured_texts(BUCKET_KEYS, why), book.model_provenance()
+    bucket = bucket_rows(bucket, hw, fits)
+    return draw_bucket(bucket), bucket_texts(bucket), book.provenance_caption(bucket)
+
+
 def verdict(measured_any: bool, measured_x, predicted_x, place_right: int, inside_wins: int, rates: int) -> str:
     """'not measured' without pipeline runs; 'reproduced' when the measured and predicted crossovers lie within
     a factor of three of each other and, at all ``rates`` of the placement runs, the framework predicts the

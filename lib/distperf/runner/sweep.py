@@ -252,11 +252,12 @@ def sweep_points(name: str, points: list[dict], measure: Callable[[dict], dict],
 def run_experiment(spec: dict, scale: str, device: str = "auto", progress: bool = True) -> dict:
     """An experiment described as a dictionary (the keys of an experiment file, :mod:`distperf.runner.grid`),
     checked by :meth:`~distperf.runner.grid.Experiment.from_dict` and run resumably into
-    ``data/fresh/<scale>/<name>.csv``; prints and returns the counts of :func:`sweep`."""
+    ``data/fresh/<scale>/<name>.csv``; prints the counts of :func:`sweep` and the time it took; returns the counts."""
     from ..results import fresh_dir
 
     out = fresh_dir(scale)
     exp = Experiment.from_dict({"scale": scale, **spec}, workdir=out)
+    start = time.perf_counter()
     counts = sweep(exp, out / f"{exp.name}.csv", device=device, progress=progress)
-    print(f"{exp.name}: {counts}")
+    print(f"{exp.name}: {counts} in {time.perf_counter() - start:.0f} s")
     return counts
