@@ -3,6 +3,9 @@ import math
 from dataclasses import replace
 
 import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,9 +15,15 @@ from distperf.analysis import planner as analysis
 from distperf.hardware import GIB, PRESETS
 from distperf.planner import candidates, plan
 
-matplotlib.use("Agg")
 V100 = PRESETS["V100-16GB"]
 TINY = presets.model("tiny")
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close the figures a test draws."""
+    yield
+    plt.close("all")
 
 
 # --- the paper's setting -------------------------------------------------------------------------------------
