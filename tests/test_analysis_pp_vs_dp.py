@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 
 from distperf import presets  # noqa: E402
 from distperf.analysis import pp_vs_dp as ana  # noqa: E402
+from distperf.analysis import rows  # noqa: E402
 from distperf.config import Config, Layout, Training, validate  # noqa: E402
 from distperf.cost import predict  # noqa: E402
 from distperf.hardware import PRESETS  # noqa: E402
@@ -45,7 +46,7 @@ def test_layout_names_global_batch_and_pp_over_dp():
     frame = pd.DataFrame({"config.layout.pp": [1, 2], "config.layout.dp": [2, 1],
                           "config.layout.micro_batch": [2, 2], "config.layout.microbatches": [2, 4]})
     assert ana.layout_names(frame).tolist() == [ana.DP_LAYOUT, ana.PP_LAYOUT]
-    assert ana.global_batch(frame).tolist() == [8, 8]
+    assert rows.global_batch(frame).tolist() == [8, 8]
     wide = pd.DataFrame({ana.DP_LAYOUT: [2.0, 4.0], ana.PP_LAYOUT: [3.0, 2.0]})
     assert ana.pp_over_dp(wide).tolist() == [1.5, 0.5]
 

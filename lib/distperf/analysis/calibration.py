@@ -18,6 +18,7 @@ import pandas as pd
 from .. import book, plots, results
 from ..cost import flops
 from ..measure.calibrate import ring_terms
+from .measured_vs_predicted import error_range  # noqa: F401 (the chapter quotes ranges through this module)
 
 # The criterion: a prediction is good within ±25 % of the measurement (an α-β fit: rms relative error ≤ 25 %).
 TOLERANCE = 0.25
@@ -234,10 +235,6 @@ def fresh_models(w: pd.DataFrame) -> pd.DataFrame:
     """The whole models this build measured."""
     return w[w.source == "fresh"]
 
-
-def error_range(errors: pd.Series) -> str:
-    """The most negative to the most positive signed error, ``-12% to +30%``."""
-    return f"{errors.min():+.0%} to {errors.max():+.0%}"
 
 
 def smallest_model_error(wf: pd.DataFrame) -> str:

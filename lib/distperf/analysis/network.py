@@ -22,8 +22,8 @@ import pandas as pd
 from .. import book, presets, results
 from ..cost import predict
 from ..emulation import spec as netspec
-from .pp_vs_dp import DP_LAYOUT, PP_LAYOUT, crossover, global_batch, layout_names, pp_over_dp
-from .rows import config_of_row, ok
+from .pp_vs_dp import DP_LAYOUT, PP_LAYOUT, crossover, layout_names, pp_over_dp
+from .rows import config_of_row, global_batch, ok
 
 PREDICTED_RATES = np.logspace(6, 10, 161)  # 1 Mbit/s to 10 Gbit/s, for the predicted curves
 EXPOSED = "communication.exposed_s.data_parallel"

@@ -23,6 +23,7 @@ from .. import presets, published, results
 from ..cost import clear_caches
 from ..hardware import GIB, Hardware
 from ..planner import candidates, plan
+from .rows import global_batch as global_batches
 
 PAPER_MODELS = ("2bw-gpt-2.2b", "2bw-gpt-3.8b")
 PAPER_GPUS = 64
@@ -218,8 +219,7 @@ def draw_depth_throughput(every: pd.DataFrame, depths: dict[str, int], gpus: int
 
 def global_batch(runs: pd.DataFrame) -> int:
     """The global batch B = b · m · w of the runs (the first row's; the experiment keeps it fixed)."""
-    return int((runs["config.layout.micro_batch"] * runs["config.layout.microbatches"]
-                * runs["config.layout.dp"]).iloc[0])
+    return int(global_batches(runs).iloc[0])
 
 
 def with_layout(runs: pd.DataFrame, batch: int) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 and the emulated-cluster chapter ``network`` (:mod:`distperf.analysis.network`), which measures the same trade
 against the link rate.
 
-- the two layouts' names and global batch of a sweep row (:func:`layout_names`, :func:`global_batch`), and the
+- the two layouts' names and global batch of a sweep row (:func:`layout_names`; the global batch is :func:`.rows.global_batch`), and the
   pipeline's throughput relative to data parallelism (:func:`pp_over_dp`);
 - the crossover where PP/DP crosses 1 (:func:`crossover`), and the highest link rate at which the pipeline still
   wins (:func:`last_pipeline_win`);
@@ -21,7 +21,7 @@ import pandas as pd
 from .. import presets, results
 from ..config import Config, Layout, Training, validate
 from ..cost import predict
-from .rows import PROFILED_ITERATION, config_of_row, ok
+from .rows import PROFILED_ITERATION, config_of_row, global_batch, ok
 
 PP_LAYOUT, DP_LAYOUT = "PP 2 (1F1B)", "DP 2"
 LAYOUT_COLOURS = {DP_LAYOUT: "C0", PP_LAYOUT: "C1"}
@@ -34,10 +34,6 @@ def layout_names(frame):
     """Each row's layout: :data:`PP_LAYOUT` where it has more than one pipeline stage, else :data:`DP_LAYOUT`."""
     return np.where(frame["config.layout.pp"] > 1, PP_LAYOUT, DP_LAYOUT)
 
-
-def global_batch(frame):
-    """Each row's global batch in sequences, B = microbatch · microbatches · dp."""
-    return frame["config.layout.micro_batch"] * frame["config.layout.microbatches"] * frame["config.layout.dp"]
 
 
 def pp_over_dp(wide):

@@ -3,7 +3,7 @@ result flattened into dotted columns, lists kept as JSON text.
 
 - :func:`ok`, :func:`has`: the rows that ran, and whether a column was measured at all;
 - :func:`json_cell`, :func:`truthy`: values that a CSV keeps as text (JSON lists, booleans);
-- :func:`config_of_row`: the :class:`~distperf.config.Config` a row trained;
+- :func:`config_of_row`, :func:`global_batch`: the :class:`~distperf.config.Config` a row trained, its global batch;
 - :func:`measured_memory`, :func:`most_loaded_memory`: memory by category (:data:`distperf.config.MEMORY_CATEGORIES`)
   per rank, and of the most loaded rank;
 - :func:`with_predictions`: the cost model's prediction beside each row.
@@ -85,6 +85,11 @@ def most_loaded_memory(row, peak: bool) -> dict:
     ranks = json.loads(row["model_state_bytes_at_rest"])
     most = max(ranks, key=lambda d: sum(d[c] for c in MODEL_STATES))
     return {c: most[c] for c in MODEL_STATES}
+
+
+def global_batch(frame):
+    """Each row's global batch in sequences, B = microbatch · microbatches · dp."""
+    return frame["config.layout.micro_batch"] * frame["config.layout.microbatches"] * frame["config.layout.dp"]
 
 
 def with_predictions(frame, hw, bucket_mb=None, check: bool = True):
