@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import itertools
 import math
 import random
@@ -251,3 +252,20 @@ def test_small_buckets_pay_latency_and_one_huge_bucket_cannot_overlap():
     exposed = [bucketed_exposed_time(grads, bucket, backward, "all-reduce", 8, 2e-5, 2e10)
                for bucket in (2**14, 2**20, 2**25, 2**30)]
     assert exposed[0] > exposed[2] < exposed[3] and exposed[1] > exposed[2]
+
+
+def test_the_prediction_fingerprint_is_the_same_twice_and_covers_every_strategy(tmp_path):
+    """scripts/prediction_fingerprint.py, which compares the cost model across commits, is deterministic."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "prediction_fingerprint.py"
+    runs = [subprocess.run([sys.executable, str(script), "--count", "300", "--out", str(tmp_path / f"{k}.jsonl")],
+                           capture_output=True, text=True, timeout=120) for k in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout and "sha256" in runs[0].stdout
+    lines = (tmp_path / "0.jsonl").read_text().splitlines()
+    layouts = [json.loads(line)["config"]["layout"] for line in lines]
+    assert len(lines) == 300 and {lay["schedule"] for lay in layouts} >= {"none", "gpipe", "1f1b", "interleaved",
+                                                                          "2bw", "pipedream"}
+    assert {lay["zero"] for lay in layouts} == {0, 1, 2, 3} and any(lay["sequence_parallel"] for lay in layouts)

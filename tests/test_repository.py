@@ -61,3 +61,35 @@ def test_toc_lists_existing_chapters():
     files = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
     missing = [f for f in files if not any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb"))]
     assert not missing, f"_toc.yml names missing files: {missing}"
+
+
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+CELL = re.compile(r"```\{code-cell\}[^\n]*\n(.*?)```", re.S)
+
+
+def code_cells(text: str) -> list[list[str]]:
+    """The non-blank code lines of each code cell of a MyST chapter (cell options such as ``:tags:`` left out)."""
+    return [[line for line in cell.splitlines() if line.strip() and not line.startswith(":")]
+            for cell in CELL.findall(text)]
+
+
+def test_code_cells_are_read_from_a_chapter():
+    cells = code_cells("text\n```{code-cell} ipython3\n:tags: [hide-input]\n\nx = 1\n\ny = 2\n```\nmore\n")
+    assert cells == [["x = 1", "y = 2"]]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapters_only_load_call_plot_and_glue(path):
+    """A chapter's analysis lives in distperf.analysis, tested: no function or class is defined in a chapter,
+    and no code cell is longer than 40 lines."""
+    cells = code_cells(path.read_text())
+    defined = [line for cell in cells for line in cell if re.match(r"\s*(async\s+)?(def|class)\s", line)]
+    assert not defined, f"{path.name} defines {defined}"
+    assert all(len(cell) <= 40 for cell in cells), f"{path.name}: cells of {[len(c) for c in cells]} lines"
+
+
+def test_the_median_chapter_code_cell_is_short():
+    import statistics
+
+    lengths = [len(cell) for path in CHAPTERS for cell in code_cells(path.read_text())]
+    assert lengths and statistics.median(lengths) <= 15
