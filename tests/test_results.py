@@ -19,3 +19,18 @@ def test_signed_error_is_relative_to_the_measurement():
     assert signed_error(0, 0) == 0.0 and signed_error(1.0, 0) is None and signed_error(None, 1.0) is None
     errors = signed_error(pd.Series([90.0, 110.0]), pd.Series([100.0, 100.0]))
     assert np.allclose(errors, [-0.1, 0.1])
+
+
+def test_load_joins_fresh_and_reference_tables_without_a_warning(tmp_path, monkeypatch):
+    import warnings
+
+    from distperf import results
+
+    monkeypatch.setattr(results, "DATA", tmp_path)
+    wide = pd.DataFrame({f"c{k}": ["x", "y"] for k in range(300)})  # a sweep table: hundreds of columns
+    write_csv_atomic(wide, tmp_path / "fresh" / "cpu" / "exp.csv")
+    write_csv_atomic(wide.iloc[:1], tmp_path / "reference" / "gpu" / "exp.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pandas warns when a column is inserted into a fragmented frame
+        frame = results.load("exp", "cpu")
+    assert frame.source.tolist() == ["fresh", "fresh", "reference"] and frame.shape == (3, 301)

@@ -124,10 +124,13 @@ def load(experiment: str, scale: str | None = None):
     fresh = fresh_dir(scale) / f"{experiment}.csv"
     if not fresh.exists():
         raise FileNotFoundError(f"{fresh} is missing: run `make data SCALE={scale}` (or `make book`) first")
-    frames = [pd.read_csv(fresh).assign(source="fresh")]
-    for ref in sorted((DATA / "reference").glob(f"*/{experiment}.csv")):
-        frames.append(pd.read_csv(ref).assign(source="reference"))
-    return pd.concat(frames, ignore_index=True)
+    paths = [fresh, *sorted((DATA / "reference").glob(f"*/{experiment}.csv"))]
+    frames = [pd.read_csv(path) for path in paths]
+    source = pd.Series([kind for kind, f in zip(["fresh"] + ["reference"] * (len(paths) - 1), frames)
+                        for _ in range(len(f))], name="source", dtype=object)
+    # one concatenation rather than a column inserted into a frame of hundreds of columns (pandas then warns, and
+    # the warning would print in the book)
+    return pd.concat([pd.concat(frames, ignore_index=True), source], axis=1)
 
 
 def signed_error(predicted, measured):
