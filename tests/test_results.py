@@ -27,7 +27,7 @@ def test_load_joins_fresh_and_reference_tables_without_a_warning(tmp_path, monke
     from distperf import results
 
     monkeypatch.setattr(results, "DATA", tmp_path)
-    wide = pd.DataFrame({f"c{k}": ["x", "y"] for k in range(300)})  # a sweep table: hundreds of columns
+    wide = pd.DataFrame({f"c{k}": [1.5, float("nan")] for k in range(300)})  # a sweep table: hundreds of columns
     write_csv_atomic(wide, tmp_path / "fresh" / "cpu" / "exp.csv")
     write_csv_atomic(wide.iloc[:1], tmp_path / "reference" / "gpu" / "exp.csv")
     with warnings.catch_warnings():
