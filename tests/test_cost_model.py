@@ -6,6 +6,7 @@ import json
 import itertools
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -166,7 +167,8 @@ def test_predictions_are_consistent_over_a_sample_of_configurations():
     for cfg in configs:
         out = predict(cfg)
         for stage in out["memory_bytes_by_stage"]:
-            parts = stage["parameters"] + stage["gradients"] + stage["optimizer_states"] + stage["activations"]
+            parts = (stage["parameters"] + stage["gradients"] + stage["optimizer_states"] + stage["activations"]
+                     + stage["recompute_working"])
             assert stage["total"] == pytest.approx(parts)
             assert min(stage.values()) >= 0
         assert out["memory_bytes"] == out["memory_bytes_by_stage"][out["peak_stage"]]
@@ -182,13 +184,20 @@ def test_predictions_are_consistent_over_a_sample_of_configurations():
 
 @pytest.mark.parametrize("dp", [2, 8])
 def test_each_zero_stage_lowers_model_states_when_stages_hold_several_layers(dp):
+    """As the ZeRO paper counts, each stage lowers the peak; the trainer's FSDP2 shards parameters at rest for
+    ZeRO-2 as for ZeRO-3, and under torch's pipelining keeps every unit gathered and every gradient unsharded
+    until the last microbatch, so that its ZeRO-2 and ZeRO-3 peaks are the same."""
     spec = presets.model("megatron-1.7b")
-    totals = []
+    totals, trainer, at_rest = [], [], []
     for zero in range(4):
-        out = predict(Config(model=spec, layout=Layout(dp=dp, pp=2, schedule="1f1b", zero=zero, microbatches=4), training=Training("mixed")))
-        mem = out["memory_bytes"]
-        totals.append(mem["parameters"] + mem["gradients"] + mem["optimizer_states"])
+        cfg = Config(model=spec, layout=Layout(dp=dp, pp=2, schedule="1f1b", zero=zero, microbatches=4),
+                     training=Training("mixed"))
+        for out, into in ((predict(cfg, convention="paper")["memory_bytes"], totals),
+                          (predict(cfg)["memory_bytes"], trainer), (predict(cfg)["model_states_at_rest"], at_rest)):
+            into.append(out["parameters"] + out["gradients"] + out["optimizer_states"])
     assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    assert trainer[0] > trainer[1] and trainer[2] == trainer[3]
+    assert at_rest[0] > at_rest[1] > at_rest[2] == at_rest[3]
 
 
 def test_recomputation_trades_memory_for_flops():
@@ -201,11 +210,19 @@ def test_recomputation_trades_memory_for_flops():
 
 
 def test_tensor_parallel_communication_is_four_all_reduces_per_layer_and_microbatch():
+    """Megatron's four all-reduces per layer and microbatch; in 16 bits as the papers count, while the trainer's
+    bf16 autocast sends the forward's in bf16 and the backward's (gradients of fp32 LayerNorm outputs) in fp32."""
     spec = ModelSpec(name="x", layers=6, hidden=512, heads=8, vocab=1000, seq=256)
     t, b, m = 4, 2, 3
-    out = predict(Config(model=spec, layout=Layout(tp=t, micro_batch=b, microbatches=m), training=Training("mixed")))
-    message = b * spec.seq * spec.hidden * 2
-    assert out["communication_bytes"]["tensor_parallel"] == pytest.approx(m * spec.layers * 4 * 2 * (t - 1) / t * message)
+    cfg = Config(model=spec, layout=Layout(tp=t, micro_batch=b, microbatches=m), training=Training("mixed"))
+    elements, ring = b * spec.seq * spec.hidden, 2 * (t - 1) / t
+    assert predict(cfg, convention="paper")["communication_bytes"]["tensor_parallel"] == pytest.approx(
+        m * spec.layers * 4 * ring * elements * 2)
+    assert predict(cfg)["communication_bytes"]["tensor_parallel"] == pytest.approx(
+        m * spec.layers * 2 * ring * elements * (2 + 4))
+    # full recomputation reruns the layer up to fc2's input: the attention's all-reduce again, not the MLP's
+    full = predict(cfg.replace(layout=replace(cfg.layout, recompute="full")))["communication_bytes"]
+    assert full["tensor_parallel"] == pytest.approx(m * spec.layers * ring * elements * (3 * 2 + 2 * 4))
 
 
 def test_pipeline_sends_one_activation_and_one_gradient_per_microbatch_and_boundary():

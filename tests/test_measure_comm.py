@@ -107,3 +107,56 @@ def test_tensor_parallel_mlp_all_reduces_its_activation_twice():
         assert s["bytes"]["tensor_parallel"] == 2 * n * d * 4
         assert s["by_collective"]["tensor_parallel"]["all-reduce"]["calls"] == 2
         assert s["bytes"]["data_parallel"] == 0 and s["unmatched_events"] == 0
+
+
+def _written() -> int:
+    """Bytes this process has handed to write/send system calls, sockets included (``wchar`` of /proc/self/io)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar"))
+
+
+def _wire_job():
+    import torch
+    import torch.distributed as dist
+
+    from distperf.measure.comm import CommTracker
+
+    dist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dist.all_reduce(torch.ones(1))  # gloo's first collectives set up their pairs: not a steady call
+    calls = {  # elements chosen so that gloo's segments do not divide evenly
+        "all-reduce": lambda: dist.all_reduce(torch.ones(49380)),
+        "reduce-scatter": lambda: dist.reduce_scatter_tensor(torch.empty(12345), torch.ones(12345 * n)),  # n = 4
+        "all-gather": lambda: dist.all_gather_into_tensor(torch.empty(777 * n), torch.ones(777)),
+        "broadcast": lambda: dist.broadcast(torch.ones(5000), src=1),
+    }
+    out = {}
+    for name, call in calls.items():
+        call()  # once untracked: a first call of each kind may talk to the store
+        dist.barrier()
+        with CommTracker({"data_parallel": dist.group.WORLD}) as tracker:
+            before = _written()
+            call()
+            written = _written() - before
+        dist.barrier()
+        summary = tracker.summary()
+        out[name] = (summary["wire_bytes"]["data_parallel"], summary["sent_bytes"]["data_parallel"], written)
+    return rank, out
+
+
+def test_wire_bytes_are_what_gloo_writes_to_its_sockets():
+    """On 4 ranks the tracker's wire bytes (gloo's algorithms, distperf.cost.collectives.gloo_sent_bytes) are the
+    bytes each process writes, but for gloo's headers (96 bytes a sent message, 48 a receive notification; at
+    most 32 messages a call here); a reduce-scatter writes what an all-reduce does, twice the ring's volume;
+    the root of a binomial broadcast sends ⌈log₂ 4⌉ = 2 copies, its first child one, the leaves none."""
+    results = dict(spawn(_wire_job, 4, timeout=90))
+    for rank, calls in results.items():
+        for name, (wire, algorithmic, written) in calls.items():
+            assert 0 <= written - wire <= 32 * 144, (rank, name, wire, written)
+        # the reduce-scatter's input is the all-reduce's size: gloo sends the same, twice the ring reduce-scatter
+        assert calls["reduce-scatter"][0] == calls["all-reduce"][0] and calls["reduce-scatter"][1] == 3 * 12345 * 4
+        assert calls["all-gather"][0] == calls["all-gather"][1] == 3 * 777 * 4
+    assert [results[r]["broadcast"][0] for r in range(4)] == [0, 2 * 20000, 20000, 0]
+    assert [results[r]["broadcast"][1] for r in range(4)] == [0, 20000, 0, 0]  # algorithmic: the root's M
+    all_reduce = [results[r]["all-reduce"][0] for r in range(4)]
+    assert all_reduce == [296288, 296272, 296272, 296288] and sum(all_reduce) / 4 == 2 * 3 / 4 * 49380 * 4

@@ -13,9 +13,12 @@ from distperf.hardware import PRESETS, Hardware, load_profile, save_profile
 KEYS = {
     "parameters": None,
     "flops": {"model", "hardware"},
-    "memory_bytes": {"parameters", "gradients", "optimizer_states", "activations", "total"},
+    "memory_bytes": {"parameters", "gradients", "optimizer_states", "activations", "recompute_working", "total"},
     "memory_bytes_per_stage": None,
     "communication_bytes": {"data_parallel", "tensor_parallel", "pipeline_parallel"},
+    "communication_wire_bytes": {"data_parallel", "tensor_parallel", "pipeline_parallel"},
+    "convention": None,
+    "backend": None,
     "time_s": {"compute", "communication_exposed", "bubble", "iteration"},
     "bubble_fraction": None,
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 ARCHS = ("gpt", "bert")
+ATTENTIONS = ("sdpa", "math")  # distperf.model.Attention: fused scaled_dot_product_attention, or unfused
 SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "2bw", "pipedream")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp32", "mixed")
@@ -41,7 +42,10 @@ class ModelSpec:
     """A Transformer: GPT (causal decoder) or BERT-style encoder.
 
     ``ffn`` defaults to 4·hidden; ``tied`` ties the output projection to the token embedding;
-    positions are learned (s·h parameters), as in GPT-2, BERT and Megatron-LM.
+    positions are learned (s·h parameters), as in GPT-2, BERT and Megatron-LM. ``attention`` is how the
+    attention core runs (one of :data:`ATTENTIONS`): ``sdpa``, torch's fused ``scaled_dot_product_attention``,
+    which keeps no s×s scores for backward; ``math``, the explicit softmax(QKᵀ/√d)·V that Korthikanti et al.
+    2022 count (:class:`distperf.model.Attention`).
     """
 
     name: str = "custom"
@@ -54,6 +58,7 @@ class ModelSpec:
     ffn: int = 0  # 0 means 4 * hidden
     tied: bool = True
     dropout: float = 0.0
+    attention: str = "sdpa"
 
     def __post_init__(self):
         if self.ffn == 0:
@@ -167,6 +172,8 @@ def validate(cfg: Config) -> Config:
     _positive(m, ("layers", "hidden", "heads", "vocab", "seq", "ffn"))
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError("dropout", f"must lie in [0, 1), got {m.dropout!r}")
+    if m.attention not in ATTENTIONS:
+        raise ConfigError("attention", f"must be one of {', '.join(ATTENTIONS)}, got {m.attention!r}")
     if m.hidden % m.heads:
         raise ConfigError("heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})")
     _positive(lay, ("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"))

@@ -14,9 +14,9 @@ import argparse
 from dataclasses import replace
 
 from . import presets
-from .config import (ARCHS, DATA_SOURCES, DDP_BUCKET_MB, DEVICES, MESH_ORDERS, OPTIMIZERS, PRECISIONS, RECOMPUTE,
-                     SCHEDULES, Config, ConfigError, Layout, RunOptions, Training, global_batch_to_microbatches,
-                     validate)
+from .config import (ARCHS, ATTENTIONS, DATA_SOURCES, DDP_BUCKET_MB, DEVICES, MESH_ORDERS, OPTIMIZERS, PRECISIONS,
+                     RECOMPUTE, SCHEDULES, Config, ConfigError, Layout, RunOptions, Training,
+                     global_batch_to_microbatches, validate)
 from .emulation.options import add_network_arguments
 
 MODEL_OVERRIDES = ("layers", "hidden", "heads", "ffn", "vocab", "seq")
@@ -32,6 +32,9 @@ def add_config_arguments(p: argparse.ArgumentParser, default_model: str = "small
     g.add_argument("--dropout", dest="dropout", action=argparse.BooleanOptionalAction, default=None,
                    help="dropout on (p=0.1) or off; default: the preset's")
     g.add_argument("--untied", action="store_true", help="untie the output projection from the token embedding")
+    g.add_argument("--attention", choices=ATTENTIONS, default=None,
+                   help="attention core: sdpa (torch's fused scaled_dot_product_attention, no s×s scores kept) or "
+                        "math (explicit softmax(QKᵀ/√d)·V, the form Korthikanti et al. count); default: the preset's")
 
     g = p.add_argument_group("parallel layout")
     for name in ("dp", "tp", "pp"):
@@ -73,6 +76,8 @@ def config_from_args(a: argparse.Namespace) -> Config:
         over["dropout"] = 0.1 if a.dropout else 0.0
     if a.untied:
         over["tied"] = False
+    if getattr(a, "attention", None) is not None:
+        over["attention"] = a.attention
     if "hidden" in over and "ffn" not in over:
         over["ffn"] = 4 * over["hidden"]
     spec = replace(spec, **over)

@@ -27,12 +27,39 @@ from torch.utils.checkpoint import checkpoint
 from .config import RECOMPUTE, ModelSpec
 
 
+class Dropout(nn.Module):
+    """Dropout that keeps a one-byte mask for backward on every device: ``torch.native_dropout`` (a bool mask, as
+    CUDA's ``F.dropout`` keeps and Korthikanti et al. 2022 count). torch 2.13's ``F.dropout`` on CPU instead
+    multiplies by a noise tensor of the input's dtype (``_dropout_impl``), which backward keeps: 4 bytes an
+    element in fp32, so the memory of a CPU run would not be the memory of a GPU run."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        return torch.native_dropout(x, self.p, True)[0]
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with a fused QKV projection.
 
     The QKV output is laid out head by head, ``[q_0 k_0 v_0 | q_1 k_1 v_1 | …]`` (Megatron-LM's
     layout), so that a column-parallel shard of ``qkv`` holds whole heads; the number of heads is
     read from the local width, so a tensor-parallel shard keeps ``head_dim``.
+
+    The attention core runs as ``spec.attention`` says:
+
+    - ``sdpa``: torch's fused ``F.scaled_dot_product_attention``. On CPU without dropout torch 2.13 runs its
+      flash kernel (``_scaled_dot_product_flash_attention_for_cpu``), which keeps q, k, v, its output and the
+      log-sum-exp of each row (b·a·s fp32) for backward, never the s×s scores. With dropout on CPU it falls back
+      to the unfused math kernel (``_scaled_dot_product_attention_math``);
+    - ``math``: the explicit softmax(QKᵀ/√d + causal mask)·V with dropout on the probabilities, the unfused
+      form Korthikanti et al. 2022 count: backward keeps q, k, v, the softmax output (a·s² values per
+      sequence), the dropout mask (a·s² bytes) and the dropout output (a·s² values). The softmax runs in fp32
+      on every device (CUDA's autocast runs softmax in fp32, CPU's in bf16), then is cast back.
     """
 
     def __init__(self, spec: ModelSpec):
@@ -41,11 +68,22 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(spec.hidden, 3 * spec.hidden)
         self.proj = nn.Linear(spec.hidden, spec.hidden)
         self.dropout = spec.dropout
+        self.implementation = spec.attention
         self.recompute = False  # selective recomputation: keep only the inputs of the attention core
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
-                                              dropout_p=self.dropout if self.training else 0.0)
+        p = self.dropout if self.training else 0.0
+        if self.implementation == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, dropout_p=p)
+        # q @ kᵀ and probabilities @ v keep their inputs; a scale by a number and an additive mask keep nothing
+        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        if self.causal:
+            s = scores.shape[-1]
+            scores = scores + torch.full((s, s), float("-inf"), device=scores.device, dtype=scores.dtype).triu(1)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # fp32, as CUDA's autocast runs it
+        if p > 0.0:
+            probs = torch.native_dropout(probs, p, True)[0]
+        return torch.matmul(probs, v)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qkv = self.qkv(x)
@@ -75,7 +113,7 @@ class Block(nn.Module):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(spec.hidden), nn.LayerNorm(spec.hidden)
         self.attn, self.mlp = Attention(spec), MLP(spec)
-        self.drop = nn.Dropout(spec.dropout)
+        self.drop = Dropout(spec.dropout)
         self.recompute = False  # full recomputation: keep only the layer's input
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,7 +144,7 @@ class Transformer(nn.Module):
         if embed:
             self.tok = nn.Embedding(spec.vocab, spec.hidden)
             self.pos = nn.Embedding(spec.seq, spec.hidden)
-            self.drop = nn.Dropout(spec.dropout)
+            self.drop = Dropout(spec.dropout)
         self.layers = nn.ModuleDict({str(i): Block(spec) for i in layer_ids})
         if head:
             self.ln_f = nn.LayerNorm(spec.hidden)

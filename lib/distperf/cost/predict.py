@@ -24,6 +24,12 @@ instead of FLOPs over rate, as profiling-based predictors such as DistSim and vT
 the recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops (1 for full
 recomputation, the attention core's share for selective).
 
+``convention="trainer"`` (the default) counts what the trainers run under torch 2.13, ``"paper"`` what the
+papers count (:mod:`distperf.cost.stage` lists where they differ; :mod:`distperf.cost.activations` the two
+activation counts). ``backend`` (``nccl``, the default, or ``gloo``) chooses the collective algorithms whose
+time is counted; the bytes come both ways whatever the backend: ``communication_bytes``, the algorithmic ring
+volumes, and ``communication_wire_bytes``, what gloo sends (:mod:`distperf.cost.collectives`).
+
 The pipeline takes :func:`~distperf.cost.schedules.pipeline_time` over the t_r. Rank r finishes its
 last backward when the drain has still to cross ranks r − 1 … 0; then its data-parallel reduction's
 exposed tail (bucketed overlap with the last backward), the tied-embedding all-reduce and the optimizer
@@ -34,40 +40,51 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..config import DDP_BUCKET_MB, Config, stage_layers, validate
+from ..config import DDP_BUCKET_MB, Config, ConfigError, stage_layers, validate
 from ..hardware import DEFAULT, PRESETS, Hardware
 from . import activations as act
 from . import flops as fl
 from . import parameters as par
+from .collectives import BACKENDS
 from .model_states import greedy_partition_max
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
-from .stage import Span, StageCosts, clear_cache, stage_costs
+from .stage import Span, StageCosts, activation_message as stage_message, clear_cache, stage_costs
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
+KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
 
-DP_COLLECTIVES = {0: "all-reduce", 1: "reduce-scatter + all-gather", 2: "all-gather + reduce-scatter",
-                  3: "all-gather ×2 + reduce-scatter"}
-
+DP_COLLECTIVES = {0: "all-reduce", 1: "all-reduce + broadcast of each parameter from its owner",
+                  2: "all-gather per microbatch + reduce-scatter", 3: "all-gather ×2 per microbatch + reduce-scatter"}
+DP_COLLECTIVES_PAPER = {**DP_COLLECTIVES, 1: "reduce-scatter + all-gather",
+                        2: "all-gather + reduce-scatter per microbatch",
+                        3: "all-gather ×2 + reduce-scatter per microbatch"}
 
 
 def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_BUCKET_BYTES,
-            check: bool = True, layer_times: dict | None = None) -> dict:
+            check: bool = True, layer_times: dict | None = None, convention: str = "trainer",
+            backend: str = "nccl") -> dict:
     """Predict one configuration; returns the JSON-ready dictionary of ``python -m distperf predict``.
 
     Keys: parameters, parameters_per_stage, flops {model, hardware}, memory_bytes {parameters,
-    gradients, optimizer_states, activations, total} (most loaded rank), memory_bytes_per_stage
-    (totals), memory_bytes_by_stage (the categories of every pipeline rank), model_states_at_rest and
-    model_states_at_rest_by_stage (parameters, gradients, optimizer states kept between steps: the
-    memory_bytes states without a step's transients, i.e. ZeRO-2/3's gathered parameters and unsharded
-    gradients), peak_stage, fits, communication_bytes {data_parallel, tensor_parallel,
-    pipeline_parallel}, collectives (same keys), time_s {compute, communication_exposed, bubble,
-    iteration}, bubble_fraction, hardware, compute_from ("flops" or "layer_times").
+    gradients, optimizer_states, activations, recompute_working, total} (most loaded rank; activations are
+    the saved tensors, recompute_working what a recomputed layer rebuilds during its backward),
+    memory_bytes_per_stage (totals), memory_bytes_by_stage (the categories of every pipeline rank),
+    model_states_at_rest and model_states_at_rest_by_stage (parameters, gradients, optimizer states kept
+    between steps: the memory_bytes states without a step's transients, i.e. ZeRO-2/3's gathered parameters
+    and unsharded gradients), peak_stage, fits, communication_bytes {data_parallel, tensor_parallel,
+    pipeline_parallel} (algorithmic: ring volumes), communication_wire_bytes (same keys: what gloo sends),
+    collectives (same keys), time_s {compute, communication_exposed, bubble, iteration}, bubble_fraction,
+    hardware, compute_from ("flops" or "layer_times"), convention, backend.
 
     ``layer_times``: {"layer": (forward_s, backward_s), "embedding": (…), "head": (…)} of one
     microbatch on one device; when given, compute time comes from them (see the module docstring).
     """
     if check:
         validate(cfg)
+        if convention not in act.CONVENTIONS:
+            raise ConfigError("convention", f"must be one of {', '.join(act.CONVENTIONS)}, got {convention!r}")
+        if backend not in BACKENDS:
+            raise ConfigError("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
     hw = hw or PRESETS[DEFAULT]
     spec, lay, tr = cfg.model, cfg.layout, cfg.training
     h, a, s, vocab = spec.hidden, spec.heads, spec.seq, spec.vocab
@@ -80,27 +97,38 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     spans = [Span(layers[r] if v == 1 else sum(layers[r::p]), r == 0, r == p - 1) for r in range(p)]
     times = None if layer_times is None else tuple(tuple(float(x) for x in layer_times[part])
                                                    for part in ("layer", "embedding", "head"))
-    stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, dict.fromkeys(spans), bucket_bytes, times)
+    stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, dict.fromkeys(spans), bucket_bytes, times,
+                                                 convention, backend)
     ranks = [stages[span] for span in spans]
 
-    # activations: what each in-flight microbatch stashes, plus one recomputed layer
-    stash_layer, stash_embed, stash_head, working = _stashes(s, b, h, a, vocab, t, sp, spec.dropout > 0,
-                                                             tr.precision, rc)
+    # activations: what each in-flight microbatch stashes, and the step's token ids (trainer)
+    stash_layer, stash_embed, stash_head, working = _stashes(s, b, h, a, spec.ffn, vocab, t, sp, spec.dropout > 0,
+                                                             tr.precision, rc, spec.attention, convention)
     flights = in_flight_per_rank(sched, p, m, v)
+    trainer = convention == "trainer"
+    tokens = act.trainer_token_bytes(s, b * m * dp) if trainer else 0
+    # torch's pipelining receives each microbatch's input into a buffer of its own, which the stage's first layer
+    # keeps for backward and the stage keeps for the run: every received input stays (m of them per chunk)
+    received = stage_message(spec, lay, tr, convention) if trainer and sched in FLUSHING else 0.0
     if v == 1:
-        activations = [working + n[0] * k * stash_layer for n, k in zip(flights, layers)]
-        activations[0] += flights[0][0] * stash_embed
-        activations[-1] += flights[-1][0] * stash_head
+        activations = [n[0] * k * stash_layer + (received * (m - n[0]) if r else 0.0)
+                       for r, (n, k) in enumerate(zip(flights, layers))]
+        activations[0] += flights[0][0] * stash_embed + tokens
+        activations[-1] += flights[-1][0] * stash_head + (tokens if b == 1 and p > 1 else 0)
     else:
-        activations = [working] * p
+        activations = [0.0] * p
+        activations[0] += tokens
+        activations[(n_chunks - 1) % p] += tokens if b == 1 and p > 1 else 0
         for r, counts in enumerate(flights):
             for c, count in zip(range(r, n_chunks, p), counts):
                 activations[r] += count * (layers[c] * stash_layer + (stash_embed if c == 0 else 0)
-                                           + (stash_head if c == n_chunks - 1 else 0))
+                                           + (stash_head if c == n_chunks - 1 else 0)) + (received * (m - count)
+                                                                                          if c else 0.0)
 
     # memory by category, with the schedule's weight versions
     by_stage = [{"parameters": rank.states.weights + rank.states.gathered, "gradients": rank.states.gradients,
-                 "optimizer_states": rank.states.optimizer_states, "activations": x, "total": rank.states.total + x}
+                 "optimizer_states": rank.states.optimizer_states, "activations": x, "recompute_working": working,
+                 "total": rank.states.total + x + working}
                 for rank, x in zip(ranks, activations)]
     at_rest = [{"parameters": rank.states.at_rest[0], "gradients": rank.states.at_rest[1],
                 "optimizer_states": rank.states.at_rest[2]} for rank in ranks]
@@ -130,11 +158,9 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer
     bubble = finish - m * slowest.microbatch
 
-    dp_bytes = tp_bytes = pp_bytes = 0.0
-    for rank in stages.values():
-        dp_bytes = max(dp_bytes, rank.dp_bytes_step + m * rank.dp_bytes_microbatch)
-        tp_bytes = max(tp_bytes, m * rank.tp_bytes_microbatch)
-        pp_bytes = max(pp_bytes, rank.pp_bytes_step + m * rank.pp_bytes_microbatch)
+    algorithmic = {kind: max(getattr(rank, kind).total(m) for rank in stages.values()) for kind in KINDS}
+    wire = {kind: max(getattr(rank, kind).total(m, wire=True) for rank in stages.values()) for kind in KINDS}
+    dp_names = DP_COLLECTIVES_PAPER if convention == "paper" else DP_COLLECTIVES
     parameters, model_flops, hardware_flops = _model_totals(spec.layers, h, spec.ffn, vocab, s, spec.tied, rc)
     global_batch = b * m * dp
     return {
@@ -148,8 +174,9 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         "model_states_at_rest_by_stage": at_rest,
         "peak_stage": peak,
         "fits": totals[peak] <= hw.memory_capacity,
-        "communication_bytes": {"data_parallel": dp_bytes, "tensor_parallel": tp_bytes, "pipeline_parallel": pp_bytes},
-        "collectives": {"data_parallel": DP_COLLECTIVES[lay.zero] if dp > 1 else "none",
+        "communication_bytes": algorithmic,
+        "communication_wire_bytes": wire,
+        "collectives": {"data_parallel": dp_names[lay.zero] if dp > 1 else "none",
                         "tensor_parallel": ("all-gather + reduce-scatter" if sp else "all-reduce") if t > 1 else "none",
                         "pipeline_parallel": ("send/recv" + (" + all-reduce (tied embeddings)" if spec.tied else ""))
                         if p > 1 else "none"},
@@ -159,18 +186,27 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         "bubble_fraction": bubble / iteration if iteration > 0 else 0.0,
         "hardware": hw.name,
         "compute_from": "flops" if times is None else "layer_times",
+        "convention": convention,
+        "backend": backend,
     }
 
 
 
 @lru_cache(maxsize=4096)
-def _stashes(s: int, b: int, h: int, a: int, vocab: int, t: int, sp: bool, dropout: bool, precision: str,
-             rc: str) -> tuple[float, float, float, float]:
-    """Activation bytes per microbatch of a layer, the embedding and the head, and the recomputation
-    working set; activations are kept in the parameters' precision (2 bytes mixed, 4 fp32)."""
-    vb = 2 if precision == "mixed" else 4
-    return (act.layer_activation_bytes(s, b, h, a, t, sp, dropout, vb, rc), act.embedding_stash_bytes(s, b, h, dropout),
-            act.head_stash_bytes(s, b, h, vocab, t, sp, vb), act.recompute_working_bytes(s, b, h, a, t, sp, dropout, vb, rc))
+def _stashes(s: int, b: int, h: int, a: int, ffn: int, vocab: int, t: int, sp: bool, dropout: bool, precision: str,
+             rc: str, attention: str, convention: str) -> tuple[float, float, float, float]:
+    """Activation bytes per microbatch of a layer, the first stage's ends and the last's, and the recomputation
+    working set (:mod:`distperf.cost.activations`): as the trainer keeps them, or as the papers count (values in
+    the parameters' precision, 2 bytes mixed and 4 fp32)."""
+    mixed = precision == "mixed"
+    if convention == "trainer":
+        args = (s, b, h, a, ffn, t, sp, dropout, attention, mixed, rc)
+        return (act.trainer_layer_bytes(*args), act.trainer_first_stage_bytes(s, b, h, dropout),
+                act.trainer_last_stage_bytes(s, b, h, vocab, t, sp, mixed), act.trainer_working_bytes(*args))
+    vb = 2 if mixed else 4
+    return (act.layer_activation_bytes(s, b, h, a, t, sp, dropout, vb, rc, attention, ffn),
+            act.embedding_stash_bytes(s, b, h, dropout), act.head_stash_bytes(s, b, h, vocab, t, sp, vb),
+            act.recompute_working_bytes(s, b, h, a, t, sp, dropout, vb, rc, attention, ffn))
 
 
 @lru_cache(maxsize=4096)

@@ -5,13 +5,29 @@ Each piece takes the configuration's frozen parts whole (:class:`~distperf.confi
 :class:`~distperf.config.Layout`, :class:`~distperf.config.Training`, :class:`~distperf.hardware.Hardware`) and
 the :class:`Span` of the model that the rank holds, and returns a small frozen dataclass. :func:`stage_costs`
 combines them into the :class:`StageCosts` that :func:`distperf.cost.predict` places in the schedule; it is
-cached on what a rank's costs depend on (not the number of microbatches, nor the schedule but for PipeDream's
-update per microbatch), so that a sweep over microbatches and schedules reuses it.
+cached on what a rank's costs depend on (not the number of microbatches but whether there are several, nor the
+schedule but for PipeDream's update per microbatch), so that a sweep over microbatches and schedules reuses it.
+
+Two conventions (``convention``): ``trainer`` (the default) counts what this repository's trainers run under
+torch 2.13; ``paper`` counts as the papers do. Where they differ:
+
+| term | trainer | paper |
+|---|---|---|
+| bytes per parameter, mixed precision | 4 + 4 + moments: bf16 autocast over fp32 weights | 2 + 2 + 12 (ZeRO §3.1) |
+| ZeRO-1 | DDP's all-reduce, then ZeroRedundancyOptimizer broadcasts each parameter from its owner | reduce-scatter + all-gather (ZeRO §7) |
+| ZeRO-2/3 in a step | FSDP2: see :func:`model_states` | one unit's parameters (ZeRO-3) and gradient unsharded |
+| tensor-parallel messages, mixed | forward bf16, backward fp32 (the LayerNorm output's gradient) | 16-bit |
+| sequence parallelism | DTensor's all-gathers and reduce-scatters, the LayerNorm gradients' all-reduces | 4 all-reduces' volume per layer |
+| pipeline message, mixed | fp32: the residual stream stays fp32 under autocast | 16-bit |
+
+Bytes come two ways (:mod:`distperf.cost.collectives`): *algorithmic*, the ring volumes the papers quote (a
+broadcast counted at its root), and *wire*, what gloo's algorithms send (a reduce-scatter is an all-reduce, a
+broadcast a binomial tree). Time uses the ``backend``'s algorithms (``nccl``: the ring; ``gloo``: gloo's).
 
 Time of one microbatch on the rank (per tensor- and data-parallel rank):
 
     t_r = compute + tensor-parallel collectives (not overlapped) + pipeline sends (not overlapped)
-        + ZeRO-2/3 collectives not hidden behind the microbatch's compute,
+        + ZeRO-2/3 gathers not hidden behind the microbatch's compute,
 
 the book's chapter "The analytical framework" derives each term.
 """
@@ -24,8 +40,11 @@ from ..config import Layout, ModelSpec, Training
 from ..hardware import Hardware
 from . import flops as fl
 from . import parameters as par
-from .collectives import bucketed_exposed_time, collective_time, sent_bytes
-from .model_states import bytes_per_parameter, fsdp_shard_elements, greedy_partition_max
+from .collectives import binomial_children, bucketed_exposed_time, collective_time, gloo_sent_bytes, sent_bytes
+from .model_states import (bytes_per_parameter, fsdp_shard_elements, greedy_partition_max, trainer_bytes_per_parameter,
+                           zero_partition_loads)
+
+ADAM_GRADIENT_USES = 3  # torch 2.13's single-tensor Adam reads a gradient three times (lerp_, addcmul_(g, g))
 
 
 class Span(NamedTuple):
@@ -42,12 +61,13 @@ class Span(NamedTuple):
 class ModelStates:
     """Parameters, gradients and optimizer states of the rank, bytes unless said otherwise."""
 
+    span: Span
     parameters: int  # elements on one tensor-parallel rank, before ZeRO
     owned: int  # elements whose optimizer state (ZeRO ≥ 1), gradient (≥ 2) and weights (3) the rank keeps
-    layer_parameters: int  # elements of one layer on one tensor-parallel rank (an FSDP unit)
-    weights: float  # one weight version (sharded with ZeRO-3)
-    gathered: float  # ZeRO-3: one unit's parameters, unsharded while it works
-    gradients: float
+    units: tuple  # ZeRO-2/3: (count, elements each rank holds of one unit) of the FSDP units; else ()
+    weights: float  # one weight version as kept between steps (sharded with ZeRO-2/3)
+    gathered: float  # ZeRO-2/3: parameters unsharded at the parameters' peak in a step
+    gradients: float  # at their peak in a step
     optimizer_states: float
     at_rest: tuple  # (parameters, gradients, optimizer states) kept between steps, one weight version
     total: float  # weights + gathered + gradients + optimizer states
@@ -62,12 +82,32 @@ class Compute:
 
 
 @dataclass(frozen=True, slots=True)
+class Traffic:
+    """Bytes a rank sends for one kind of parallelism: algorithmic and on gloo's wire, once per step and per
+    microbatch."""
+
+    step: float = 0.0
+    microbatch: float = 0.0
+    wire_step: float = 0.0
+    wire_microbatch: float = 0.0
+
+    def total(self, m: int, wire: bool = False) -> float:
+        """Bytes of a step of m microbatches."""
+        return self.wire_step + m * self.wire_microbatch if wire else self.step + m * self.microbatch
+
+
+NO_TRAFFIC = Traffic()
+
+
+@dataclass(frozen=True, slots=True)
 class TensorParallelTerms:
-    """The tensor-parallel all-reduces of one microbatch: all of them, and those of the backward pass."""
+    """The tensor-parallel collectives: time of one microbatch's, of those of its backward pass, and after the
+    last backward (sequence parallelism's LayerNorm gradients, read by the optimizer)."""
 
     time: float
     backward: float
-    sent_bytes: float
+    step_exposed: float
+    traffic: Traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +116,17 @@ class PipelineTerms:
 
     sends: int  # per microbatch: forward and backward per chunk, but the model's two ends
     send_time: float  # one send
-    sent_bytes_microbatch: float
-    sent_bytes_step: float
     step_exposed: float  # the tied embedding's all-reduce, after the last backward
+    traffic: Traffic
 
 
 @dataclass(frozen=True, slots=True)
 class DataParallelTerms:
-    """The data-parallel (ZeRO) collectives: bytes per step and per microbatch, and the time each leaves exposed."""
+    """The data-parallel (ZeRO) collectives: bytes, and the time each leaves exposed."""
 
-    sent_bytes_step: float
-    sent_bytes_microbatch: float
-    exposed_step: float  # after the last backward (DDP and ZeRO-1's reduction, bucketed)
-    exposed_microbatch: float  # FSDP2's gathers and reduce-scatter not hidden behind compute
+    exposed_step: float  # after the last backward: DDP's bucketed all-reduce, ZeRO-1's broadcasts, FSDP2's reduction
+    exposed_microbatch: float  # FSDP2's gathers not hidden behind compute
+    traffic: Traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,45 +140,81 @@ class StageCosts:
     drain: float  # one backward and its send: how much this rank delays the flush behind it
     step_exposed: float  # communication after the last backward (data parallel, tied embeddings)
     optimizer: float  # one optimizer step
-    dp_bytes_step: float
-    dp_bytes_microbatch: float
-    tp_bytes_microbatch: float
-    pp_bytes_microbatch: float
-    pp_bytes_step: float
+    data_parallel: Traffic
+    tensor_parallel: Traffic
+    pipeline_parallel: Traffic
 
 
-NO_TENSOR_PARALLEL = TensorParallelTerms(time=0.0, backward=0.0, sent_bytes=0.0)
-NO_PIPELINE = PipelineTerms(sends=0, send_time=0.0, sent_bytes_microbatch=0.0, sent_bytes_step=0.0, step_exposed=0.0)
-NO_DATA_PARALLEL = DataParallelTerms(sent_bytes_step=0.0, sent_bytes_microbatch=0.0, exposed_step=0.0,
-                                     exposed_microbatch=0.0)
+NO_TENSOR_PARALLEL = TensorParallelTerms(time=0.0, backward=0.0, step_exposed=0.0, traffic=NO_TRAFFIC)
+NO_PIPELINE = PipelineTerms(sends=0, send_time=0.0, step_exposed=0.0, traffic=NO_TRAFFIC)
+NO_DATA_PARALLEL = DataParallelTerms(exposed_step=0.0, exposed_microbatch=0.0, traffic=NO_TRAFFIC)
 
 
-def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span) -> ModelStates:
-    """Bytes per parameter by precision and optimizer (:func:`~distperf.cost.model_states.bytes_per_parameter`),
-    over the rank's parameters (:mod:`distperf.cost.parameters`), sharded over the dp replicas as the trainer's
-    ZeRO stage does: ZeroRedundancyOptimizer deals whole tensors (:func:`greedy_partition_max`), FSDP2 cuts every
-    tensor along dim 0 (:func:`fsdp_shard_elements`) and keeps one unit's gradient (and, ZeRO-3, parameters)
-    unsharded while it works."""
+def state_bytes(tr: Training, convention: str) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer-state) bytes per parameter under ``convention``."""
+    if convention == "paper":
+        return bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)
+    return trainer_bytes_per_parameter(tr.optimizer, tr.momentum)
+
+
+def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span, convention: str = "trainer") -> ModelStates:
+    """Bytes per parameter (:func:`state_bytes`) over the rank's parameters (:mod:`distperf.cost.parameters`),
+    sharded over the dp replicas as the trainer's ZeRO stage does: ZeroRedundancyOptimizer deals whole tensors
+    (:func:`greedy_partition_max`), FSDP2 cuts every tensor along dim 0 (:func:`fsdp_shard_elements`) into
+    units, one per layer and a root unit of the rest (the embeddings, the final LayerNorm and the head).
+
+    Inside a step FSDP2 (``fully_shard``, torch 2.13) holds, beyond the shards:
+
+    - parameters: ZeRO-3 the root unit, gathered in its forward around all the layers', and one layer's; ZeRO-2
+      every unit (each stays gathered from its forward to its backward). A gathered unit holds n × its padded
+      shard, the all-gather's output;
+    - gradients: without gradient synchronization (every microbatch but the last) each unit's gradient stays
+      unsharded and accumulates, so with m > 1 every unsharded gradient is alive when the last backward starts,
+      Ψ·g; with m = 1 each layer's is reduce-scattered after its backward, while the root's, whose backward
+      ends with the embedding, stays unsharded: (L − 1) layer shards + one layer + the final LayerNorm's (and
+      an untied head's) gradient, or at the end L shards + the whole root, whichever is larger. Under
+      ``torch.distributed.pipelining`` the stages reduce-scatter only after the last microbatch
+      (``backward_maybe_with_nosync``, ``perform_reduce_grad``) and keep their units gathered after backward:
+      every unit's gradient and parameters unsharded.
+
+    ``paper``: one unit's unsharded gradient (and, ZeRO-3, parameters) at a time, the largest."""
     h, t, dp, zero = spec.hidden, lay.tp, lay.dp, lay.zero
-    pb, gb, ob = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)
+    pb, gb, ob = state_bytes(tr, convention)
     p_layer = par.layer_parameters_per_tp_rank(h, spec.ffn, t)
     p_embed = par.embedding_parameters(h, spec.vocab, spec.seq)
     p_head = par.head_parameters(h, spec.vocab, spec.tied, lay.pp)
-    params = span.layers * p_layer + (p_embed if span.first else 0) + (p_head if span.last else 0)
-    owned, transient = params, 0
+    p_root = (p_embed if span.first else 0) + (p_head if span.last else 0)
+    params = span.layers * p_layer + p_root
+    owned, units = params, ()
+    gathered = 0.0
+    peak_grads = params
     if zero and dp > 1:
         tensors = _rank_tensors(spec, t, span, p_head > 2 * h)
         owned = greedy_partition_max(tensors, dp) if zero == 1 else fsdp_shard_elements(tensors, dp)
-        if zero >= 2:  # one FSDP unit's unsharded gradient (and, ZeRO-3, parameters) at a time
+    if zero >= 2 and dp > 1:
+        layer = fsdp_shard_elements(tuple((1, d0, numel) for d0, numel in par.layer_tensors(h, spec.ffn, t)), dp)
+        root = owned - span.layers * layer
+        units = ((span.layers, layer), (1, root)) if root else ((span.layers, layer),)
+        if convention == "paper":
             transient = max(p_layer if span.layers else 0, p_embed if span.first else 0, p_head if span.last else 0)
-    weights = (owned if zero == 3 and dp > 1 else params) * pb
-    gathered = transient * pb if zero == 3 else 0
-    gradients = (owned if zero >= 2 else params) * gb + transient * gb
+            gathered = transient * pb if zero == 3 else 0.0
+            peak_grads = owned + transient
+        elif lay.pp > 1 or zero == 2:
+            gathered, peak_grads = dp * owned * pb, params
+        else:
+            gathered = dp * (root + (layer if span.layers else 0)) * pb
+            peak_grads = params
+        if convention != "paper" and lay.pp == 1 and lay.microbatches == 1:
+            early = (2 * h + (spec.vocab * h if p_head > 2 * h else 0)) if span.last else 0
+            peak_grads = max((span.layers - 1) * layer + p_layer + early, span.layers * layer + p_root)
+    sharded = owned if zero >= 2 and dp > 1 else params  # FSDP2 shards parameters and gradients at rest
+    weights = sharded * pb if convention != "paper" else (owned if zero == 3 and dp > 1 else params) * pb
+    rest_grads = 0 if lay.schedule == "2bw" and convention != "paper" else sharded * gb  # 2BW: dropped once applied
     optimizer_states = (owned if zero >= 1 else params) * ob
-    sharded = owned if zero >= 2 else params  # FSDP2 shards parameters and gradients at rest for ZeRO-2 as for 3
-    return ModelStates(parameters=params, owned=owned, layer_parameters=p_layer, weights=weights, gathered=gathered,
+    gradients = peak_grads * gb
+    return ModelStates(span=span, parameters=params, owned=owned, units=units, weights=weights, gathered=gathered,
                        gradients=gradients, optimizer_states=optimizer_states,
-                       at_rest=(sharded * pb, sharded * gb, optimizer_states),
+                       at_rest=(sharded * pb, rest_grads, optimizer_states),
                        total=weights + gathered + gradients + optimizer_states)
 
 
@@ -167,102 +241,222 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
                    backward=(2 * forward + span.layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t) / rate)
 
 
-def activation_message(spec: ModelSpec, lay: Layout, tr: Training) -> float:
-    """Bytes of one microbatch's activation (or its gradient) between layers, b·s·h in the parameters' precision."""
-    return lay.micro_batch * spec.seq * spec.hidden * bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[0]
+def activation_message(spec: ModelSpec, lay: Layout, tr: Training, convention: str = "trainer") -> float:
+    """Bytes of one microbatch's activation (or its gradient) between layers and pipeline stages: b·s·h, ÷t with
+    sequence parallelism (the residual stream is then cut along the sequence), in fp32 for the trainer (bf16
+    autocast leaves the residual stream fp32) or in the parameters' precision for the papers."""
+    value = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[0] if convention == "paper" else 4
+    return lay.micro_batch * spec.seq * spec.hidden * value / (lay.tp if lay.sequence_parallel else 1)
 
 
-def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span) -> TensorParallelTerms:
-    """Megatron's two all-reduces per layer forward and two backward (two more when full recomputation reruns
-    the forward), of one microbatch's activation, on the tensor-parallel group's links."""
+def _volume(kind: str, message: float, n: int, calls: float, element: int) -> tuple[float, float]:
+    """(algorithmic, gloo wire) bytes of ``calls`` collectives of ``kind`` on ``message`` bytes over n ranks."""
+    return (calls * sent_bytes(kind, message, n),
+            calls * gloo_sent_bytes(kind, int(message), n, element_size=element) if calls else 0.0)
+
+
+def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span,
+                    convention: str = "trainer", backend: str = "nccl") -> TensorParallelTerms:
+    """Megatron's collectives per layer and microbatch (Shoeybi et al. 2019, §3): two all-reduces forward and two
+    backward, two more forward when full recomputation reruns the layer; with sequence parallelism (Korthikanti
+    et al. 2022, §4.2.2) each all-reduce becomes an all-gather before the column-parallel layer and a
+    reduce-scatter after the row-parallel one.
+
+    The trainer's full recomputation (``torch.utils.checkpoint``, non-reentrant, which stops recomputing once the
+    last tensor the layer saved is rebuilt) stops at fc2: the row-parallel reduction after it is not rerun
+    unless dropout follows it and saves a mask; the one after the attention's projection is.
+
+    The trainer (DTensor, torch 2.13) under bf16 autocast sends the forward in bf16 (the row-parallel output)
+    and the backward in fp32 (the gradient of the fp32 LayerNorm output the column-parallel layer received);
+    with sequence parallelism the all-gathered forward inputs are the fp32 LayerNorm outputs and the
+    reduce-scattered outputs bf16, the backward the other way round; the first stage's backward all-gathers the
+    embedding output's gradient and the last stage's forward the head's input (b·s·h fp32 each); and each
+    LayerNorm weight and bias keeps a Partial gradient, which the optimizer's reads turn Replicate by an
+    all-reduce each (h fp32 values; Adam reads a gradient three times, SGD once) after the last backward."""
     t = lay.tp
     if t == 1:
         return NO_TENSOR_PARALLEL
-    message = activation_message(spec, lay, tr)
-    all_reduce = collective_time("all-reduce", message, t, *hw.link(t))
-    collectives = span.layers * (6 if lay.recompute == "full" else 4)
-    time = collectives * all_reduce
-    return TensorParallelTerms(time=time, backward=time - 2 * span.layers * all_reduce,
-                               sent_bytes=collectives * sent_bytes("all-reduce", message, t))
+    link, n, elements = hw.link(t), span.layers, lay.micro_batch * spec.seq * spec.hidden
+    if convention == "paper":
+        value = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[0]
+        forward_value = backward_value = gather_value = value
+    else:
+        forward_value = 2 if tr.precision == "mixed" else 4  # the row-parallel layers' outputs
+        backward_value = gather_value = 4  # gradients of, and all-gathers of, the fp32 LayerNorm outputs
+    full = lay.recompute == "full"
+    if convention == "paper":
+        gathers = reductions = 2 * n * (2 if full else 1)
+    else:  # the recomputation stops at the last saved tensor: fc2's input, or with dropout its mask
+        gathers, reductions = 2 * n * (2 if full else 1), n * (2 + ((2 if spec.dropout > 0 else 1) if full else 0))
+    if not lay.sequence_parallel:
+        phases = ((("all-reduce", forward_value, reductions),), (("all-reduce", backward_value, 2 * n),))
+    elif convention == "paper":
+        phases = ((("all-gather", forward_value, gathers), ("reduce-scatter", forward_value, reductions)),
+                  (("all-gather", forward_value, 2 * n), ("reduce-scatter", forward_value, 2 * n)))
+    else:
+        phases = ((("all-gather", gather_value, gathers), ("reduce-scatter", forward_value, reductions),
+                   ("all-gather", gather_value, int(span.last))),  # the head's input
+                  (("all-gather", forward_value, 2 * n), ("reduce-scatter", backward_value, 2 * n),
+                   ("all-gather", gather_value, int(span.first))))  # the embedding output's gradient
+    times, algorithmic, wire = [], 0.0, 0.0
+    for phase in phases:
+        seconds = 0.0
+        for kind, value, calls in phase:
+            if calls:
+                seconds += calls * collective_time(kind, elements * value, t, *link, backend)
+                a, w = _volume(kind, elements * value, t, calls, value)
+                algorithmic, wire = algorithmic + a, wire + w
+        times.append(seconds)
+    step = wire_step = step_exposed = 0.0
+    if lay.sequence_parallel and convention != "paper":
+        uses = ADAM_GRADIENT_USES if tr.optimizer == "adam" else 1
+        norms = uses * (2 * n + (1 if span.last else 0)) * 2  # weight and bias of each LayerNorm
+        step, wire_step = _volume("all-reduce", spec.hidden * 4, t, norms, 4)
+        step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *link, backend)
+    return TensorParallelTerms(time=times[0] + times[1], backward=times[1], step_exposed=step_exposed,
+                               traffic=Traffic(step=step, microbatch=algorithmic, wire_step=wire_step,
+                                               wire_microbatch=wire))
 
 
-def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span) -> PipelineTerms:
-    """Every chunk sends its activation forward and its gradient backward, but the model's two ends; with tied
-    embeddings the first and last rank all-reduce the embedding's gradient (V·h) once per step."""
+def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, convention: str = "trainer",
+             backend: str = "nccl") -> PipelineTerms:
+    """Every chunk sends its activation forward and its gradient backward (:func:`activation_message`), but the
+    model's two ends; with tied embeddings the first and last rank all-reduce the embedding's gradient (V·h)
+    once per step."""
     p, t, dp = lay.pp, lay.tp, lay.dp
     if p == 1:
         return NO_PIPELINE
-    message = activation_message(spec, lay, tr)
+    message = activation_message(spec, lay, tr, convention)
+    link = hw.link(t * dp * p)
     sends = 2 * lay.chunks - span.first - span.last
-    send_time = collective_time("send", message, 2, *hw.link(t * dp * p))
-    step_bytes = step_exposed = 0.0
-    if spec.tied and p > 1 and (span.first or span.last):
-        gb = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[1]
-        step_bytes = sent_bytes("all-reduce", spec.vocab * spec.hidden * gb, 2)
-        step_exposed = collective_time("all-reduce", spec.vocab * spec.hidden * gb, 2, *hw.link(t * dp * p))
-    return PipelineTerms(sends=sends, send_time=send_time, sent_bytes_microbatch=sends * message,
-                         sent_bytes_step=step_bytes, step_exposed=step_exposed)
+    send_time = collective_time("send", message, 2, *link)
+    step = wire_step = step_exposed = 0.0
+    if spec.tied and (span.first or span.last):
+        gradient = spec.vocab * spec.hidden * state_bytes(tr, convention)[1]
+        step, wire_step = _volume("all-reduce", gradient, 2, 1, 4)
+        step_exposed = collective_time("all-reduce", gradient, 2, *link, backend)
+    return PipelineTerms(sends=sends, send_time=send_time, step_exposed=step_exposed,
+                         traffic=Traffic(step=step, microbatch=sends * message, wire_step=wire_step,
+                                         wire_microbatch=sends * message))
 
 
-def data_parallel(lay: Layout, tr: Training, hw: Hardware, states: ModelStates, work: Compute,
-                  bucket_bytes: float) -> DataParallelTerms:
-    """ZeRO 0: one all-reduce of the gradients per step, bucketed behind the last backward (DDP); ZeRO 1:
-    reduce-scatter of the gradients and all-gather of the parameters; ZeRO 2/3 (FSDP2): per microbatch an
-    all-gather of the parameters for the forward (and, ZeRO-3, again for the backward), and a reduce-scatter of
-    the gradients unit by unit. PipeDream updates after every microbatch, so its reduction is per microbatch."""
+def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, states: ModelStates, work: Compute,
+                  bucket_bytes: float, convention: str = "trainer", backend: str = "nccl") -> DataParallelTerms:
+    """ZeRO 0: one all-reduce of the gradients per step, bucketed behind the last backward (DDP). ZeRO 1: as the
+    trainer runs it, DDP's all-reduce and then ZeroRedundancyOptimizer's broadcast of every parameter from the
+    rank that owns it (each rank is the root of its partition: algorithmically it sends its partition, on
+    gloo's binomial tree ⌈log₂ n⌉ times that, plus what it forwards for the others' roots); the ZeRO paper's
+    (``paper``): a reduce-scatter of the gradients and an all-gather of the parameters. ZeRO 2/3 (FSDP2), per
+    unit: an all-gather of its parameters for every forward (ZeRO-3: and every backward), of n × its padded
+    shard; one reduce-scatter of its gradient per step, after the last microbatch (under
+    ``torch.distributed.pipelining``: after all of them), bucketed by unit behind the last backward. The
+    paper's ZeRO 2/3 reduce-scatter every microbatch. PipeDream updates after every microbatch, so its
+    reduction is per microbatch."""
     dp, zero = lay.dp, lay.zero
     if dp == 1:
         return NO_DATA_PARALLEL
-    pb, gb, _ = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)
-    params, grads, link = states.parameters, states.parameters * gb, hw.link(lay.tp * dp)
-    step = microbatch = exposed_step = exposed_microbatch = 0.0
-    if zero == 0:
-        step = sent_bytes("all-reduce", grads, dp)
-        exposed_step = bucketed_exposed_time(grads, bucket_bytes, work.backward, "all-reduce", dp, *link)
+    pb, gb, _ = state_bytes(tr, convention)
+    params, link = states.parameters, hw.link(lay.tp * dp)
+    grads = params * gb
+    step = microbatch = wire_step = wire_microbatch = exposed_step = exposed_microbatch = 0.0
+    if zero == 0 or (zero == 1 and convention != "paper"):
+        step, wire_step = _volume("all-reduce", grads, dp, 1, gb)
+        exposed_step = bucketed_exposed_time(grads, bucket_bytes, work.backward, "all-reduce", dp, *link,
+                                             backend=backend)
+        if zero == 1:
+            loads = _zero1_loads(spec, lay, states)
+            step += max(loads) * pb
+            wire_step += max(sum(load * binomial_children((r - root) % dp, dp) for root, load in enumerate(loads))
+                             for r in range(dp)) * pb
+            exposed_step += _broadcasts_time(spec, lay, states, pb, link, backend)
     elif zero == 1:
         step = sent_bytes("reduce-scatter", grads, dp) + sent_bytes("all-gather", params * pb, dp)
-        exposed_step = (bucketed_exposed_time(grads, bucket_bytes, work.backward, "reduce-scatter", dp, *link)
-                        + collective_time("all-gather", params * pb, dp, *link))
+        wire_step = gloo_sent_bytes("reduce-scatter", int(grads), dp, element_size=gb) + \
+            gloo_sent_bytes("all-gather", int(params * pb), dp)
+        exposed_step = (bucketed_exposed_time(grads, bucket_bytes, work.backward, "reduce-scatter", dp, *link,
+                                              backend=backend)
+                        + collective_time("all-gather", params * pb, dp, *link, backend))
     else:
         gathers = 1 if zero == 2 else 2
-        microbatch = gathers * sent_bytes("all-gather", params * pb, dp) + sent_bytes("reduce-scatter", grads, dp)
-        gather = collective_time("all-gather", params * pb, dp, *link)
-        exposed_microbatch = (max(0.0, gather - work.forward)
-                              + bucketed_exposed_time(grads, states.layer_parameters * gb, work.backward,
-                                                      "reduce-scatter", dp, *link)
-                              + (max(0.0, gather - work.backward) if zero == 3 else 0.0))
+        gathered = dp * states.owned  # elements of every unit's all-gather output, padding included
+        units = states.units
+        if convention == "paper":  # the papers' Ψ, unpadded
+            gathered, units = params, ((1, params / dp),)
+        gather_step, gather_wire = _volume("all-gather", gathered * pb, dp, 1, pb)
+        reduce = sum(count * _volume("reduce-scatter", dp * shard * gb, dp, 1, gb)[0] for count, shard in units)
+        reduce_wire = sum(count * _volume("reduce-scatter", dp * shard * gb, dp, 1, gb)[1] for count, shard in units)
+        gather = collective_time("all-gather", gathered * pb, dp, *link, backend)
+        layer = max((shard for count, shard in states.units if count), default=0)
+        reduction = bucketed_exposed_time(gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp,
+                                          *link, backend=backend)
+        exposed_microbatch = max(0.0, gather - work.forward) + (max(0.0, gather - work.backward) if zero == 3 else 0)
+        if convention == "paper":
+            microbatch, wire_microbatch = gathers * gather_step + reduce, gathers * gather_wire + reduce_wire
+            exposed_microbatch += reduction
+        elif lay.pp > 1 and zero == 2:  # units stay gathered from the first forward to perform_reduce_grad
+            step, wire_step, exposed_step = gather_step + reduce, gather_wire + reduce_wire, reduction
+        else:
+            microbatch, wire_microbatch = gathers * gather_step, gathers * gather_wire
+            step, wire_step, exposed_step = reduce, reduce_wire, reduction
     if lay.schedule == "pipedream":
-        microbatch, exposed_microbatch, step, exposed_step = microbatch + step, exposed_microbatch + exposed_step, 0.0, 0.0
-    return DataParallelTerms(sent_bytes_step=step, sent_bytes_microbatch=microbatch, exposed_step=exposed_step,
-                             exposed_microbatch=exposed_microbatch)
+        microbatch, wire_microbatch = microbatch + step, wire_microbatch + wire_step
+        exposed_microbatch, step, wire_step, exposed_step = exposed_microbatch + exposed_step, 0.0, 0.0, 0.0
+    return DataParallelTerms(exposed_step=exposed_step, exposed_microbatch=exposed_microbatch,
+                             traffic=Traffic(step=step, microbatch=microbatch, wire_step=wire_step,
+                                             wire_microbatch=wire_microbatch))
 
 
-def optimizer_time(tr: Training, hw: Hardware, states: ModelStates) -> float:
+def _zero1_loads(spec: ModelSpec, lay: Layout, states: ModelStates) -> tuple[int, ...]:
+    """Elements of each rank's ZeroRedundancyOptimizer partition, by rank."""
+    return zero_partition_loads(_rank_tensors(spec, lay.tp, states.span, _untied_head(spec, lay)), lay.dp)
+
+
+def _broadcasts_time(spec: ModelSpec, lay: Layout, states: ModelStates, pb: int, link, backend: str) -> float:
+    """ZeroRedundancyOptimizer's broadcasts after the step, one per parameter tensor: their latencies in turn,
+    and the bytes of the rank that sends most over the bandwidth."""
+    latency, bandwidth = link
+    tensors = sum(count for count, _, _ in _rank_tensors(spec, lay.tp, states.span, _untied_head(spec, lay)))
+    loads = _zero1_loads(spec, lay, states)
+    dp = lay.dp
+    if backend == "gloo":
+        hops = (dp - 1).bit_length()
+        most = max(sum(load * binomial_children((r - root) % dp, dp) for root, load in enumerate(loads))
+                   for r in range(dp))
+        return tensors * hops * latency + most * pb / bandwidth
+    return tensors * (dp - 1) * latency + sum(loads) * pb / bandwidth
+
+
+def _untied_head(spec: ModelSpec, lay: Layout) -> bool:
+    return not spec.tied or lay.pp > 1
+
+
+def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter: tuple[int, int, int]) -> float:
     """One optimizer step, memory-bound: it reads the gradient and both moments and writes the moments and the
     parameters of the elements it owns, (g + 2·o + 2·p) bytes each, over the memory bandwidth."""
-    pb, gb, ob = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)
+    pb, gb, ob = state_bytes_per_parameter
     return states.owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth
 
 
 def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, bucket_bytes: float,
-             times: tuple | None) -> StageCosts:
-    key = (spec, tr, lay.dp, lay.tp, lay.pp, lay.zero, span)  # all the model states depend on
+             times: tuple | None, convention: str, backend: str) -> StageCosts:
+    key = (spec, tr, lay.dp, lay.tp, lay.pp, lay.zero, span, lay.microbatches > 1, lay.schedule == "2bw",
+           convention)  # all the model states depend on
     states = _STATES.get(key)
     if states is None:
         if len(_STATES) >= _CACHE_SIZE:
             _STATES.clear()
-        states = _STATES[key] = model_states(spec, lay, tr, span)
+        states = _STATES[key] = model_states(spec, lay, tr, span, convention)
     work = compute(spec, lay, tr, hw, span, times)
-    tp = tensor_parallel(spec, lay, tr, hw, span)
-    pp = pipeline(spec, lay, tr, hw, span)
-    dp = data_parallel(lay, tr, hw, states, work, bucket_bytes)
+    tp = tensor_parallel(spec, lay, tr, hw, span, convention, backend)
+    pp = pipeline(spec, lay, tr, hw, span, convention, backend)
+    dp = data_parallel(spec, lay, tr, hw, states, work, bucket_bytes, convention, backend)
     exposed = tp.time + pp.sends * pp.send_time + dp.exposed_microbatch
     return StageCosts(states=states, microbatch=work.forward + work.backward + exposed,
                       compute=work.forward + work.backward, exposed=exposed,
-                      drain=work.backward + tp.backward + pp.send_time, step_exposed=pp.step_exposed + dp.exposed_step,
-                      optimizer=optimizer_time(tr, hw, states), dp_bytes_step=dp.sent_bytes_step,
-                      dp_bytes_microbatch=dp.sent_bytes_microbatch, tp_bytes_microbatch=tp.sent_bytes,
-                      pp_bytes_microbatch=pp.sent_bytes_microbatch, pp_bytes_step=pp.sent_bytes_step)
+                      drain=work.backward + tp.backward + pp.send_time,
+                      step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
+                      optimizer=optimizer_time(hw, states, state_bytes(tr, convention)),
+                      data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic)
 
 
 _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
@@ -271,12 +465,14 @@ _CACHE_SIZE = 1 << 14
 
 
 def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans, bucket_bytes: float,
-                times: tuple | None = None) -> dict[Span, StageCosts]:
+                times: tuple | None = None, convention: str = "trainer", backend: str = "nccl") -> dict[Span, StageCosts]:
     """{span: :class:`StageCosts`} of the ranks holding ``spans``, cached on what they depend on: the model,
-    training and hardware, the layout but for its microbatches and schedule (PipeDream's update per microbatch
-    aside), the bucket size and profiled times."""
+    training and hardware, the layout but for its microbatches (whether there are several) and schedule
+    (PipeDream's update per microbatch and 2BW's dropped gradients aside), the bucket size, profiled times,
+    the convention and the backend."""
     key = (spec, tr, hw, bucket_bytes, times, lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch,
-           lay.sequence_parallel, lay.zero, lay.recompute, lay.schedule == "pipedream")
+           lay.sequence_parallel, lay.zero, lay.recompute, lay.schedule == "pipedream", lay.schedule == "2bw",
+           lay.microbatches > 1, convention, backend)
     known = _CACHE.get(key)
     if known is None:
         if len(_CACHE) >= _CACHE_SIZE:
@@ -286,7 +482,7 @@ def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans,
     for span in spans:
         found = known.get(span)
         if found is None:
-            found = known[span] = _combine(spec, lay, tr, hw, span, bucket_bytes, times)
+            found = known[span] = _combine(spec, lay, tr, hw, span, bucket_bytes, times, convention, backend)
         out[span] = found
     return out
 

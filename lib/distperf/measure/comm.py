@@ -17,8 +17,12 @@ Definitions (per rank):
 - ``bytes``: the message size M of each collective — the tensor handed to it: all-reduce, broadcast,
   send and receive: the buffer; all-gather: the gathered (output) buffer; reduce-scatter: the input
   buffer (the convention of :mod:`distperf.cost.collectives`). ``sent_bytes`` converts M into what a
-  rank sends under the ring algorithms of that module (all-reduce 2(n − 1)/n·M, reduce-scatter and
-  all-gather (n − 1)/n·M, send M, receive 0; others M): the cost model's ``communication_bytes``.
+  rank sends under the ring algorithms of that module, the algorithmic volumes (all-reduce 2(n − 1)/n·M,
+  reduce-scatter and all-gather (n − 1)/n·M, send M, a broadcast M from its root and 0 elsewhere,
+  receive 0; others M): the cost model's ``communication_bytes``. ``wire_bytes`` is what gloo's
+  algorithms make this rank send for the same call (:func:`distperf.cost.collectives.gloo_sent_bytes`:
+  a reduce-scatter is an all-reduce of M, a broadcast a binomial tree; gloo's message headers left out),
+  the cost model's ``communication_wire_bytes``; on NCCL it is what gloo would have sent, not NCCL's.
 - ``time_s``: how long each collective runs: the duration of its event on the backend's lane. Gloo
   runs point-to-point transfers on the caller's thread, completing them in ``wait()``: their time is
   the issuing call plus its wait.
@@ -49,6 +53,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten
 
 from ..config import COMMUNICATION_KINDS as KINDS
+from ..cost.collectives import gloo_sent_bytes
 from ..cost.collectives import sent_bytes as ring_sent_bytes
 
 MESH_ROLES = {"dp": "data_parallel", "tp": "tensor_parallel", "pp": "pipeline_parallel"}
@@ -97,6 +102,9 @@ class Call:
     numel: int
     thread: int
     kind: str = UNATTRIBUTED
+    group_rank: int = 0  # this rank's place in the group
+    root: int = 0  # a broadcast's source, as a rank of the group
+    element_size: int = 4
     label: str = ""  # of the issuing call's span (a batch of point-to-point ops shares one)
     span: tuple | None = None  # the issuing call
     waits: list = field(default_factory=list)  # waits for it
@@ -115,8 +123,9 @@ def _numel(obj) -> int:
     return sum(t.numel() for t in _tensors(obj))
 
 
-def _group(arg) -> tuple[str, int]:
-    """(name, size) of a process group given as a boxed ProcessGroup or a registered group name."""
+def _group(arg) -> tuple[str, int, int]:
+    """(name, size, this rank's rank in it) of a process group given as a boxed ProcessGroup or a registered
+    group name."""
     if isinstance(arg, str):
         from torch.distributed.distributed_c10d import _resolve_process_group
 
@@ -125,7 +134,7 @@ def _group(arg) -> tuple[str, int]:
         pg = dist.ProcessGroup.unbox(arg)
     else:
         pg = arg
-    return pg.group_name, pg.size()
+    return pg.group_name, pg.size(), pg.rank()
 
 
 def roles_from_mesh(mesh) -> dict[str, str]:
@@ -254,10 +263,11 @@ class CommTracker:
     def _label(self) -> str:
         return f"{_SPAN}{next(self._counter)}"
 
-    def _add(self, collective, group, nbytes, numel, label) -> Call:
-        name, size = _group(group)
+    def _add(self, collective, group, nbytes, numel, label, root: int = 0, element_size: int = 4) -> Call:
+        name, size, rank = _group(group)
         call = Call(len(self.calls), collective, name, size, nbytes, numel, threading.get_ident(),
-                    self.roles.get(name, "other"), label)
+                    kind=self.roles.get(name, "other"), group_rank=rank, root=root, element_size=element_size,
+                    label=label)
         self.calls.append(call)
         self._labels[label] = ("call", None)
         return call
@@ -267,7 +277,9 @@ class CommTracker:
         group = next(a for a in args if isinstance(a, torch.ScriptObject))
         nbytes = _nbytes(args[msg]) if msg is not None else 0
         numel = _numel(args[inp]) if inp is not None else 0
-        call = self._add(collective, group, nbytes, numel, label)
+        tensors = _tensors(args[msg]) if msg is not None else []
+        call = self._add(collective, group, nbytes, numel, label, root=args[2] if collective == "broadcast" else 0,
+                         element_size=tensors[0].element_size() if tensors else 4)
         work = out[-1] if isinstance(out, (tuple, list)) else out
         if isinstance(work, torch.ScriptObject):
             try:
@@ -295,7 +307,10 @@ class CommTracker:
         inputs = args[0]
         size = _group(group)[1]
         nbytes = _nbytes(inputs) * (size if gathered else 1)
-        call = self._add(collective, group, nbytes, _numel(inputs), label)
+        tensors = _tensors(inputs)
+        call = self._add(collective, group, nbytes, _numel(inputs), label,
+                         root=args[1] if collective == "broadcast" else 0,
+                         element_size=tensors[0].element_size() if tensors else 4)
         for t in _tensors(out):
             self._functional_out[t.untyped_storage().data_ptr()] = call
 
@@ -425,16 +440,18 @@ class CommTracker:
         return (c.span[1] - c.span[0]) + sum(b - a for a, b in c.waits)
 
     def summary(self, steps: int = 1) -> dict:
-        """Per-step totals: ``bytes``, ``sent_bytes``, ``time_s``, ``exposed_s`` (by kind and ``total``),
+        """Per-step totals: ``bytes``, ``sent_bytes``, ``wire_bytes``, ``time_s``, ``exposed_s`` (by kind and ``total``),
         ``calls`` by kind, ``by_collective`` {kind: {collective: {calls, bytes, time_s}}}, ``compute_s``,
         ``window_s`` and ``unmatched_events``."""
         kinds = list(KINDS) + sorted({c.kind for c in self.calls} - set(KINDS))
         out = {"bytes": dict.fromkeys(kinds, 0), "sent_bytes": dict.fromkeys(kinds, 0.0),
-               "time_s": dict.fromkeys(kinds, 0.0), "calls": dict.fromkeys(kinds, 0), "by_collective": {}}
+               "wire_bytes": dict.fromkeys(kinds, 0), "time_s": dict.fromkeys(kinds, 0.0),
+               "calls": dict.fromkeys(kinds, 0), "by_collective": {}}
         for c in self.calls:
             t = self._call_time_us(c) / 1e6
             out["bytes"][c.kind] += c.nbytes
             out["sent_bytes"][c.kind] += _sent(c)
+            out["wire_bytes"][c.kind] += _wire(c)
             out["time_s"][c.kind] += t
             out["calls"][c.kind] += 1
             agg = out["by_collective"].setdefault(c.kind, {}).setdefault(c.collective,
@@ -453,7 +470,7 @@ class CommTracker:
         out["compute_s"] = _length(self._compute) / 1e6
         out["window_s"] = self._window_us / 1e6
         out["unmatched_events"] = len(self.unmatched)
-        for section in ("bytes", "sent_bytes", "time_s", "calls", "exposed_s", "compute_s", "window_s"):
+        for section in ("bytes", "sent_bytes", "wire_bytes", "time_s", "calls", "exposed_s", "compute_s", "window_s"):
             if isinstance(out[section], dict):
                 out[section] = {k: _per_step(v, steps, section) for k, v in out[section].items()}
             else:
@@ -471,12 +488,22 @@ def _finish(c: Call) -> float:
 
 
 def _per_step(value, steps: int, section: str):
-    if section in ("bytes", "calls") and value % steps == 0:
+    if section in ("bytes", "calls", "wire_bytes") and value % steps == 0:
         return value // steps
     return value / steps
 
 
 def _sent(c: Call) -> float:
+    """Algorithmic bytes this rank sends for the call (module docstring)."""
     if c.collective in ("all-reduce", "reduce-scatter", "all-gather", "send"):
         return ring_sent_bytes(c.collective, c.nbytes, c.group_size)
+    if c.collective == "broadcast":
+        return float(c.nbytes) if c.group_rank == c.root else 0.0
     return 0.0 if c.collective in ("recv", "barrier") else float(c.nbytes)
+
+
+def _wire(c: Call) -> int:
+    """Bytes gloo's algorithms make this rank send for the call (module docstring)."""
+    if c.collective in ("all-reduce", "reduce-scatter", "all-gather", "send", "broadcast"):
+        return gloo_sent_bytes(c.collective, c.nbytes, c.group_size, c.group_rank, c.root, c.element_size)
+    return 0 if c.collective in ("recv", "barrier") else c.nbytes

@@ -5,7 +5,9 @@ JSON says which (``prediction.hardware_source``).
 
 **Two predictions of time** ("analytical" and "profiled"): the cost model with compute as FLOPs over the
 calibrated matrix-product rate, and with compute from profiled per-layer forward and backward times
-(:func:`distperf.cost.predict` with ``layer_times``). Both use the same α-β communication terms.
+(:func:`distperf.cost.predict` with ``layer_times``). Both use the same α-β communication terms, with the
+collective algorithms of the run's backend (gloo's or NCCL's). The prediction counts what the trainer runs
+(``convention="trainer"``).
 
 **Errors** are signed and relative, (predicted − measured)/measured
 (:func:`distperf.results.signed_error`): negative means the model under-predicts. Where the
@@ -20,7 +22,9 @@ measurement is 0 the error is 0 if the prediction is 0 too, else undefined (null
 - ``model_states_at_rest``: what a rank keeps between steps, per pipeline rank (max over its
   replicas); exact storage accounting on both sides, so 0 unless the model and the trainer disagree;
 - ``communication_bytes`` {data_parallel, tensor_parallel, pipeline_parallel, total}: predicted
-  bytes sent against measured ``sent_bytes`` (ring volumes), the most any rank sends per kind;
+  bytes sent against measured ``sent_bytes`` (algorithmic: ring volumes), the most any rank sends per kind;
+- ``communication_wire_bytes`` (same keys, gloo runs only): predicted against measured ``wire_bytes``, what
+  gloo's algorithms send (:mod:`distperf.cost.collectives`);
 - ``exposed_s`` {analytical, profiled}: predicted exposed communication + bubble against the
   measured exposed waiting time of the most exposed rank (its thread blocked on communication or on
   its pipeline neighbours).
@@ -47,7 +51,8 @@ def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
     if hw is None:
         return None
     bucket = opts.get("bucket_mb", 25.0) * 2**20
-    out = predict(cfg, hw, bucket_bytes=bucket, check=False)
+    backend = "gloo" if result.get("backend") == "gloo" else "nccl"
+    out = predict(cfg, hw, bucket_bytes=bucket, check=False, backend=backend)
     out["hardware_source"] = source
     if source["kind"] == "preset":
         out["profiled"] = {"unavailable": "a hardware preset has no profiled layer times of this machine"}
@@ -56,7 +61,7 @@ def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
     if times is None:
         out["profiled"] = {"unavailable": where}
         return out
-    profiled = predict(cfg, hw, bucket_bytes=bucket, check=False, layer_times=times)
+    profiled = predict(cfg, hw, bucket_bytes=bucket, check=False, layer_times=times, backend=backend)
     out["profiled"] = {"time_s": profiled["time_s"], "bubble_fraction": profiled["bubble_fraction"],
                        "layer_times": {part: {"forward_s": f, "backward_s": b} for part, (f, b) in times.items()},
                        "layer_times_source": where}
@@ -102,6 +107,11 @@ def errors(result: dict, prediction: dict) -> dict:
         sent = comm["sent_bytes"]
         out["communication_bytes"] = {k: signed_error(pred[k], sent.get(k, 0)) for k in KINDS}
         out["communication_bytes"]["total"] = signed_error(sum(pred[k] for k in KINDS), sent["total"])
+        wire = comm.get("wire_bytes")
+        if wire is not None and prediction.get("backend") == "gloo":
+            pred = prediction["communication_wire_bytes"]
+            out["communication_wire_bytes"] = {k: signed_error(pred[k], wire.get(k, 0)) for k in KINDS}
+            out["communication_wire_bytes"]["total"] = signed_error(sum(pred[k] for k in KINDS), wire["total"])
         exposed = comm["exposed_s"]["total"]
         t = prediction["time_s"]
         out["exposed_s"] = {"analytical": signed_error(t["communication_exposed"] + t["bubble"], exposed),

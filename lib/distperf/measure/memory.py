@@ -38,8 +38,16 @@ because we need a peak per category, activations defined as saved tensors, and t
 workspace kept apart from its states (MemTracker files all of the step's allocations as optimizer
 state and reports categories only at the total's peak).
 
-On CUDA the result also holds ``cuda_max_allocated`` and ``cuda_max_reserved``: the caching
-allocator's peaks over the measured step(s) (``torch.cuda.max_memory_allocated / _reserved``).
+**Allocator-level memory**, beside the tensor bytes: what the process really took, temporaries, workspaces,
+allocator rounding and the tracker's own bookkeeping included (:func:`allocator_peak`). On CUDA the result holds
+``cuda_max_allocated`` and ``cuda_max_reserved``, the caching allocator's peaks over the measured step(s)
+(``torch.cuda.max_memory_allocated / _reserved``, reset after the warm-up). On CPU it holds ``rss_start`` (the
+resident set when the measured step begins), ``rss_peak`` (its high-water mark during the step) and
+``rss_peak_increase`` (their difference): Linux resets the high-water mark when "5" is written to
+``/proc/self/clear_refs`` and reports it as ``VmHWM`` in ``/proc/self/status`` (kB); ``rss_reset`` says whether
+the reset worked (if not, ``rss_peak`` is the process's peak since it started). glibc returns large freed
+blocks to the system, so the resident set follows torch's CPU allocations; it also counts memory that is not
+tensors (the interpreter, libraries, gloo's buffers), which ``rss_start`` holds apart.
 """
 from __future__ import annotations
 
@@ -263,6 +271,53 @@ def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def _status_kib(field: str) -> int | None:
+    """A ``/proc/self/status`` field in kB (``VmRSS``, ``VmHWM``), or None where there is none (not Linux)."""
+    try:
+        with open(_STATUS) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def reset_rss_peak() -> bool:
+    """Reset this process's resident-set high-water mark (``echo 5 > /proc/self/clear_refs``); whether it worked."""
+    try:
+        with open(_CLEAR_REFS, "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def allocator_peak(step_fn, device: torch.device) -> tuple[dict, object]:
+    """Run ``step_fn()`` and return (the allocator's peaks over it, its result): on CUDA ``cuda_max_allocated``
+    and ``cuda_max_reserved``; on CPU ``rss_start``, ``rss_peak``, ``rss_peak_increase`` (bytes) and
+    ``rss_reset`` (see the module docstring). Empty where neither can be read."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        out = step_fn()
+        torch.cuda.synchronize(device)
+        return {"cuda_max_allocated": int(torch.cuda.max_memory_allocated(device)),
+                "cuda_max_reserved": int(torch.cuda.max_memory_reserved(device))}, out
+    reset = reset_rss_peak()
+    start = _status_kib("VmRSS")
+    out = step_fn()
+    peak = _status_kib("VmHWM")
+    if start is None or peak is None:
+        return {}, out
+    return {"rss_start": start * 1024, "rss_peak": peak * 1024, "rss_peak_increase": (peak - start) * 1024,
+            "rss_reset": reset}, out
+
+
 def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int = 1, device=None,
                         extra: dict | None = None) -> dict:
     """Peak bytes by category of ``steps`` calls of ``step_fn()`` after ``warmup`` unmeasured ones.
@@ -272,9 +327,9 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
     pipeline.weight_buffers()}`` for PipeDream-2BW's second weight version. At least one warm-up step
     is needed to recognise DDP's bucket-view gradients.
     Returns ``{parameters, gradients, optimizer_states, other, activations, temporaries, total,
-    at_peak, at_start, device}`` for ``device`` (default: the device of the first parameter), bytes; on CUDA
-    also ``cuda_max_allocated`` and ``cuda_max_reserved``. Storages on other devices are summed in
-    ``other_devices`` ({device: peak total}).
+    at_peak, at_start, device}`` for ``device`` (default: the device of the first parameter), bytes, and the
+    allocator's peaks of :func:`allocator_peak` (CUDA: ``cuda_max_*``; CPU: ``rss_*``). Storages on other
+    devices are summed in ``other_devices`` ({device: peak total}).
     """
     modules, optimizers = _as_list(model), _as_list(optimizer)
     # In the warm-up steps, compare each gradient as autograd accumulates it with the gradient the
@@ -305,9 +360,6 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
         first = next((p for m in modules for p in m.parameters()), None)
         device = first.device if first is not None else torch.device("cpu")
     device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
 
     tracker = StepMemoryTracker()
     tracker.track_model(*modules)
@@ -319,11 +371,15 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
             tracker.track_tensor(t, category)
     tracker.watch(modules, _persistent_gradients(tracker, accumulated, final))
     at_start = dict(tracker.current.get(str(device), dict.fromkeys(CATEGORIES, 0)))
-    with tracker:
-        for _ in range(steps):
-            step_fn()
-        tracker._grads(modules)  # gradients assigned without an accumulation hook (FSDP2's shards)
-        tracker.track_optimizer(*optimizers)
+
+    def measured():
+        with tracker:
+            for _ in range(steps):
+                step_fn()
+            tracker._grads(modules)  # gradients assigned without an accumulation hook (FSDP2's shards)
+            tracker.track_optimizer(*optimizers)
+
+    allocator, _ = allocator_peak(measured, device)
 
     key = str(device) if str(device) in tracker.peak else next(
         (k for k in tracker.peak if k.split(":")[0] == device.type), str(device))
@@ -336,8 +392,5 @@ def measure_step_memory(model, optimizer, step_fn, warmup: int = 1, steps: int =
     others = {k: int(v) for k, v in tracker.peak_total.items() if k != key}
     if others:
         result["other_devices"] = others
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        result["cuda_max_allocated"] = int(torch.cuda.max_memory_allocated(device))
-        result["cuda_max_reserved"] = int(torch.cuda.max_memory_reserved(device))
+    result.update(allocator)
     return result

@@ -15,7 +15,9 @@ with heap corruption at the next garbage collection in torch 2.13 on gloo.)
 
 Reduction over ranks, as the cost model reports (:func:`distperf.cost.predict`): memory is the
 rank with the largest measured total (its categories together, "the most loaded rank"); communication
-is the most any rank has per kind. Every rank's numbers are kept (``per_rank``).
+is the most any rank has per kind. Every rank's numbers are kept (``per_rank``): the categories, and beside
+them the allocator's peaks over the memory step (:data:`ALLOCATOR_KEYS`: the resident set on CPU, the caching
+allocator on CUDA; :func:`distperf.measure.memory.allocator_peak`).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from .memory import measure_step_memory
 
 MEMORY_KEYS = ("parameters", "gradients", "optimizer_states", "activations", "temporaries", "other", "total")
 STATE_KEYS = ("parameters", "gradients", "optimizer_states")
-COMM_SECTIONS = ("bytes", "sent_bytes", "time_s", "exposed_s", "calls")
+COMM_SECTIONS = ("bytes", "sent_bytes", "wire_bytes", "time_s", "exposed_s", "calls")
+ALLOCATOR_KEYS = ("rss_start", "rss_peak", "rss_peak_increase", "rss_reset", "cuda_max_allocated", "cuda_max_reserved")
 MEMORY_WARMUP, MEMORY_STEPS, COMM_STEPS = 1, 1, 1
 
 
@@ -52,10 +55,12 @@ def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.
         trainer.step(x, y)
         trainer.finish()
 
-    extra = trainer.weight_versions()
+    # the trainer's own record of its parameters: torch's TP + DDP composition re-registers DTensor parameters as
+    # plain attributes in forward, so that the model parts' parameters() miss them (and their storages, saved
+    # by the linear layers, would pass for activations); 2BW's second weight version besides
+    parameters = [p for _, p in trainer.named_parameters()] + trainer.weight_versions()
     memory = measure_step_memory(trainer.model_parts(), trainer.optimizers(), drained_step, warmup=MEMORY_WARMUP,
-                                 steps=MEMORY_STEPS, device=trainer.device,
-                                 extra={"parameters": extra} if extra else None)
+                                 steps=MEMORY_STEPS, device=trainer.device, extra={"parameters": parameters})
     if distributed:
         with CommTracker(trainer.group_roles()) as tracker:
             for _ in range(COMM_STEPS):
@@ -63,7 +68,8 @@ def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.
         comm = tracker.summary(COMM_STEPS)
     else:  # one device: nothing to communicate, and no profiler step needed to say so
         zeros = dict.fromkeys(KINDS, 0)
-        comm = {"bytes": dict(zeros), "sent_bytes": dict.fromkeys(KINDS, 0.0), "time_s": dict.fromkeys(KINDS, 0.0),
+        comm = {"bytes": dict(zeros), "sent_bytes": dict.fromkeys(KINDS, 0.0), "wire_bytes": dict(zeros),
+                "time_s": dict.fromkeys(KINDS, 0.0),
                 "calls": dict(zeros), "by_collective": {}, "exposed_s": {**dict.fromkeys(KINDS, 0.0), "total": 0.0},
                 "unmatched_events": 0}
     mesh = getattr(trainer, "mesh", None)
@@ -85,7 +91,7 @@ def combine(ranks: list[dict]) -> tuple[dict, dict]:
                      **{f"at_start.{key}": [m["at_start"][key] for m in mems] for key in STATE_KEYS},
                      "pipeline_rank": [r["pipeline_rank"] for r in ranks]},
     })
-    for key in ("cuda_max_allocated", "cuda_max_reserved"):
+    for key in ALLOCATOR_KEYS:  # the allocator's peaks beside the tensor bytes (distperf.measure.memory)
         if key in mems[peak]:
             memory[key] = mems[peak][key]
             memory["per_rank"][key] = [m.get(key) for m in mems]
