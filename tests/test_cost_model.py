@@ -17,8 +17,8 @@ from distperf import presets
 from distperf.config import Config, ConfigError, Layout, ModelSpec, Training, validate
 from distperf.cost import predict
 from distperf.cost.benchmark import GRID_MODELS
-from distperf.cost.collectives import bucketed_exposed_time, collective_time
-from distperf.cost.model_states import fsdp_shard_elements, greedy_partition_max
+from distperf.cost.collectives import bucketed_exposed_time, collective_time, gloo_sent_bytes
+from distperf.cost.model_states import fsdp_shard_elements, greedy_partition_max, zero_partition_loads
 from distperf.cost.parameters import layer_tensors
 from distperf.cost.schedules import in_flight
 
@@ -59,6 +59,38 @@ def test_greedy_partition_matches_torch_algorithm_on_random_tensor_sets():
         n = rng.choice([2, 3, 4, 7, 8, 16, 64])
         sizes = [numel for count, _, numel in tensors for _ in range(count)]
         assert greedy_partition_max(tensors, n) == _torch_greedy(sizes, n)
+
+
+def _torch_loads(sizes: list[int], n: int) -> list[int]:
+    loads = [0] * n
+    for size in sorted(sizes, reverse=True):
+        loads[loads.index(min(loads))] += size
+    return loads
+
+
+def test_zero_partition_loads_by_rank_match_torch_algorithm():
+    """Rank by rank (which rank owns what decides who broadcasts it), including ties between equal loads."""
+    rng = random.Random(3)
+    for _ in range(300):
+        tensors = tuple((rng.randint(1, 40), 1, rng.choice([1, 2, 3, 64, 100, 4096, 5000, 65536]))
+                        for _ in range(rng.randint(1, 6)))
+        n = rng.choice([2, 3, 4, 7, 8, 16, 64])
+        sizes = [numel for count, _, numel in tensors for _ in range(count)]
+        assert list(zero_partition_loads(tensors, n)) == _torch_loads(sizes, n)
+
+
+def test_gloo_ring_all_reduce_sends_most_from_the_ranks_beside_the_short_chunks():
+    """gloo's ring on 2n segments, rank by rank (gloo's allreduce.cc): the most any rank sends is the closed form."""
+    rng = random.Random(4)
+    for _ in range(2000):
+        n, element = rng.randint(2, 70), rng.choice([1, 2, 4, 8])
+        total = element * rng.choice([rng.randint(1, 5000), rng.randint(1, 10**7)])
+        segment = -(-(-(-total // (2 * n))) // element) * element
+        lengths = [max(0, min(segment, total - j * segment)) for j in range(2 * n)]
+        sent = [sum(lengths) * 2 - sum(lengths[2 * c] + lengths[2 * c + 1] for c in (r, (r - 1) % n))
+                for r in range(n)]
+        assert [gloo_sent_bytes("all-reduce", total, n, r, element_size=element) for r in range(n)] == sent
+        assert gloo_sent_bytes("all-reduce", total, n, element_size=element) == max(sent)
 
 
 def test_greedy_partition_on_a_real_layer_stack():
@@ -114,14 +146,15 @@ def test_interleaved_in_flight_matches_torch_schedule(p, v):
 
 # Bucketed overlap -----------------------------------------------------------------------------------
 
-def _simulated_exposed(total, bucket, compute, kind, n, alpha, beta):
+def _simulated_exposed(total, bucket, compute, kind, n, alpha, beta, first=None, backend="nccl"):
     """Buckets ready as their gradients are; each waits for the link, then takes its collective time."""
     free, ready, left = 0.0, 0.0, total
+    size = min(bucket if first is None else first, left)
     while left > 0:
-        size = min(bucket, left)
         ready += compute * size / total
-        free = max(free, ready) + collective_time(kind, size, n, alpha, beta)
+        free = max(free, ready) + collective_time(kind, size, n, alpha, beta, backend)
         left -= size
+        size = min(bucket, left)
     return max(0.0, free - compute)
 
 
@@ -135,6 +168,21 @@ def test_bucketed_overlap_matches_a_bucket_by_bucket_simulation():
                 rng.choice([0.0, 1e-5]), rng.choice([1e9, 1e11]))
         # the simulation adds ready times bucket by bucket: allow its rounding, ~1e-16 s per bucket-second
         assert bucketed_exposed_time(*args) == pytest.approx(_simulated_exposed(*args), rel=1e-9, abs=1e-12)
+
+
+def test_a_small_first_bucket_and_gloos_reduce_scatter_match_the_simulation():
+    """DDP's 1 MiB first bucket (when bucket_cap_mb is unset), and gloo, whose reduce-scatter is an all-reduce."""
+    rng = random.Random(2)
+    for _ in range(300):
+        bucket = rng.choice([1e6, 25 * 2**20, 1e8])
+        total = rng.uniform(1e5, 300 * bucket)
+        args = (total, bucket, rng.choice([0.0, 1e-2, 1.0]), rng.choice(["all-reduce", "reduce-scatter"]),
+                rng.choice([2, 8]), rng.choice([0.0, 1e-5]), rng.choice([1e9, 1e11]))
+        first, backend = rng.choice([None, 2**20, 3e6]), rng.choice(["nccl", "gloo"])
+        assert bucketed_exposed_time(*args, first_bucket_bytes=first, backend=backend) == pytest.approx(
+            _simulated_exposed(*args, first=first, backend=backend), rel=1e-9, abs=1e-12)
+    assert collective_time("reduce-scatter", 1e8, 4, 1e-5, 1e10, "gloo") == collective_time("all-reduce", 1e8, 4,
+                                                                                            1e-5, 1e10)
 
 
 def test_one_bucket_exposes_the_whole_all_reduce():

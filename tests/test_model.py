@@ -180,3 +180,50 @@ def test_explicit_partition_is_checked():
     spec = replace(presets.model("tiny"), layers=4)
     with pytest.raises(ConfigError, match="partition"):
         validate(Config(model=spec, layout=Layout(pp=2, schedule="gpipe", microbatches=2, partition=(4, 0))))
+
+
+@pytest.mark.parametrize("arch", ["gpt", "bert"])
+def test_fused_and_unfused_attention_compute_the_same_loss_and_gradients(arch):
+    spec = replace(presets.model("tiny"), arch=arch)
+    torch.manual_seed(0)
+    x, y = torch.randint(0, spec.vocab, (3, spec.seq)), torch.randint(0, spec.vocab, (3, spec.seq))
+    losses, grads = [], []
+    for attention in ("sdpa", "math"):
+        model = build_model(replace(spec, attention=attention))
+        loss = lm_loss(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append([p.grad for p in model.parameters()])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+
+
+def _saved(model, x) -> list[torch.Tensor]:
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        model(x)
+    return saved
+
+
+def test_attention_keeps_scores_only_when_unfused_and_dropout_keeps_one_byte_masks():
+    """sdpa keeps no s×s tensor for backward, math keeps the softmax output; dropout keeps bool masks on CPU too
+    (torch.native_dropout; F.dropout would keep a 4-byte noise tensor)."""
+    spec = replace(presets.model("tiny"), layers=1, dropout=0.1)
+    x = torch.randint(0, spec.vocab, (2, spec.seq))
+    s, a = spec.seq, spec.heads
+    for attention, scores in (("sdpa", False), ("math", True)):
+        model = build_model(replace(spec, attention=attention, dropout=0.0))
+        assert any(t.shape[-2:] == (s, s) for t in _saved(model, x)) == scores, attention
+    saved = _saved(build_model(replace(spec, attention="math")), x)
+    masks = [t for t in saved if t.dtype == torch.bool]
+    assert len(masks) == 4  # the embedding's, the two residual dropouts' and the attention probabilities'
+    assert sorted(t.numel() for t in masks) == sorted([2 * s * spec.hidden] * 3 + [2 * a * s * s])
+    noise = [t for t in saved if t.is_floating_point() and not isinstance(t, torch.nn.Parameter)
+             and ((t == 0) | (t == torch.tensor(1 / 0.9))).all()]
+    assert not noise  # no float tensor of zeros and 1/(1 − p): F.dropout's noise on CPU
+
+
+def test_attention_is_a_validated_configuration_field():
+    with pytest.raises(ConfigError) as e:
+        validate(Config(model=ModelSpec(attention="flash")))
+    assert e.value.field == "attention"

@@ -119,3 +119,13 @@ def test_command_line_exit_status_and_no_traceback():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == ["distperf predict: error: tp: heads (4) must be divisible by tp (3)"]
+
+
+def test_attention_flag_chooses_the_activation_count(capsys):
+    """--attention math keeps the s×s scores the fused sdpa does not: L·a·s²·b fp32 values more."""
+    acts = {}
+    for attention in ("sdpa", "math"):
+        code, out, _ = run(capsys, "--model", "small", "--attention", attention, "--json")
+        assert code == 0
+        acts[attention] = json.loads(out)["memory_bytes"]["activations"]
+    assert acts["math"] - acts["sdpa"] == 4 * 4 * 128 * 128 * 4 - 4 * 4 * 128 * 4  # scores in, log-sum-exp out

@@ -34,6 +34,8 @@ a reduce-scatter takes an all-reduce's time, a broadcast ⌈log₂ n⌉ sends of
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "broadcast", "send")
 BACKENDS = ("nccl", "gloo")
 
@@ -57,6 +59,7 @@ def _gloo_chunk(total: int, n: int, chunk: int, element_size: int) -> int:
     return sum(max(0, min(segment, total - j * segment)) for j in (2 * chunk, 2 * chunk + 1))
 
 
+@lru_cache(maxsize=4096)
 def binomial_children(vrank: int, n: int) -> int:
     """Messages virtual rank ``vrank`` (distance from the root) sends in gloo's binomial-tree broadcast over n."""
     dim = (n - 1).bit_length()  # ⌈log₂ n⌉
@@ -71,11 +74,15 @@ def binomial_children(vrank: int, n: int) -> int:
     return sends
 
 
+@lru_cache(maxsize=65536)
 def gloo_sent_bytes(kind: str, buffer_bytes: int, n: int, rank: int | None = None, root: int = 0,
                     element_size: int = 4) -> int:
     """Bytes rank ``rank`` of n hands to gloo's transport for one collective on M = ``buffer_bytes`` (see the
     module docstring); ``rank=None``: the most any rank sends. ``root``: a broadcast's; ``element_size``: of the
-    all-reduce's (and reduce-scatter's) elements, which gloo's segments are rounded to."""
+    all-reduce's (and reduce-scatter's) elements, which gloo's segments are rounded to.
+
+    The chunks of the ring are full but the last non-empty one, so the two consecutive chunks a rank does not
+    send are smallest at the end: the most any rank sends is 2M − |chunk n − 1| − |chunk n − 2|."""
     if n == 1 and kind != "send":
         return 0
     if kind == "send":
@@ -88,9 +95,8 @@ def gloo_sent_bytes(kind: str, buffer_bytes: int, n: int, rank: int | None = Non
         return binomial_children((rank - root) % n, n) * buffer_bytes
     if kind in ("all-reduce", "reduce-scatter"):
         total = int(buffer_bytes)
-        ranks = range(n) if rank is None else (rank,)
-        return max(2 * total - _gloo_chunk(total, n, r, element_size) - _gloo_chunk(total, n, (r - 1) % n, element_size)
-                   for r in ranks)
+        first, second = (n - 1, n - 2) if rank is None else (rank, (rank - 1) % n)
+        return 2 * total - _gloo_chunk(total, n, first, element_size) - _gloo_chunk(total, n, second, element_size)
     raise ValueError(f"unknown collective {kind!r}; one of {', '.join(COLLECTIVES)}")
 
 

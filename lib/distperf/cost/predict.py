@@ -45,10 +45,11 @@ from ..hardware import DEFAULT, PRESETS, Hardware
 from . import activations as act
 from . import flops as fl
 from . import parameters as par
-from .collectives import BACKENDS
-from .model_states import greedy_partition_max
+from .collectives import BACKENDS, gloo_sent_bytes
+from .model_states import greedy_partition_max, zero_partition_loads
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
-from .stage import Span, StageCosts, activation_message as stage_message, clear_cache, stage_costs
+from .stage import Span, StageCosts, binomial_sends, clear_cache, stage_costs
+from .stage import activation_message as stage_message
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
 KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
@@ -109,7 +110,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     tokens = act.trainer_token_bytes(s, b * m * dp) if trainer else 0
     # torch's pipelining receives each microbatch's input into a buffer of its own, which the stage's first layer
     # keeps for backward and the stage keeps for the run: every received input stays (m of them per chunk)
-    received = stage_message(spec, lay, tr, convention) if trainer and sched in FLUSHING else 0.0
+    received = stage_message(spec, lay, tr, convention) if p > 1 and trainer and sched in FLUSHING else 0.0
     if v == 1:
         activations = [n[0] * k * stash_layer + (received * (m - n[0]) if r else 0.0)
                        for r, (n, k) in enumerate(zip(flights, layers))]
@@ -126,10 +127,11 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                                                                                           if c else 0.0)
 
     # memory by category, with the schedule's weight versions
-    by_stage = [{"parameters": rank.states.weights + rank.states.gathered, "gradients": rank.states.gradients,
-                 "optimizer_states": rank.states.optimizer_states, "activations": x, "recompute_working": working,
-                 "total": rank.states.total + x + working}
-                for rank, x in zip(ranks, activations)]
+    by_stage = []
+    for rank, x in zip(ranks, activations):
+        weights, grads, states = rank.states.peak(m)
+        by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
+                         "recompute_working": working, "total": weights + grads + states + x + working})
     at_rest = [{"parameters": rank.states.at_rest[0], "gradients": rank.states.at_rest[1],
                 "optimizer_states": rank.states.at_rest[2]} for rank in ranks]
     if sched in ("2bw", "pipedream"):
@@ -138,6 +140,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             stage["parameters"] += extra
             stage["total"] += extra
             rest["parameters"] += extra
+            if sched == "2bw" and convention == "trainer":
+                rest["gradients"] = 0  # our 2BW drops each gradient once applied
     totals = [stage["total"] for stage in by_stage]
     peak = max(range(p), key=totals.__getitem__)
 
@@ -158,8 +162,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer
     bubble = finish - m * slowest.microbatch
 
-    algorithmic = {kind: max(getattr(rank, kind).total(m) for rank in stages.values()) for kind in KINDS}
-    wire = {kind: max(getattr(rank, kind).total(m, wire=True) for rank in stages.values()) for kind in KINDS}
+    sent = [rank.bytes_sent(m) for rank in stages.values()]
+    sent = sent[0] if len(sent) == 1 else tuple(map(max, zip(*sent)))  # the most any rank sends, per kind
     dp_names = DP_COLLECTIVES_PAPER if convention == "paper" else DP_COLLECTIVES
     parameters, model_flops, hardware_flops = _model_totals(spec.layers, h, spec.ffn, vocab, s, spec.tied, rc)
     global_batch = b * m * dp
@@ -174,8 +178,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         "model_states_at_rest_by_stage": at_rest,
         "peak_stage": peak,
         "fits": totals[peak] <= hw.memory_capacity,
-        "communication_bytes": algorithmic,
-        "communication_wire_bytes": wire,
+        "communication_bytes": dict(zip(KINDS, sent[:3])),
+        "communication_wire_bytes": dict(zip(KINDS, sent[3:])),
         "collectives": {"data_parallel": dp_names[lay.zero] if dp > 1 else "none",
                         "tensor_parallel": ("all-gather + reduce-scatter" if sp else "all-reduce") if t > 1 else "none",
                         "pipeline_parallel": ("send/recv" + (" + all-reduce (tied embeddings)" if spec.tied else ""))
@@ -219,6 +223,7 @@ def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool,
 def clear_caches() -> None:
     """Forget cached per-stage costs (for benchmarks that must start cold)."""
     clear_cache()
-    for cached in (_stashes, _model_totals, greedy_partition_max):
+    for cached in (_stashes, _model_totals, greedy_partition_max, zero_partition_loads, gloo_sent_bytes,
+                   binomial_sends):
         cached.cache_clear()
 

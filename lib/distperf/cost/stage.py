@@ -34,6 +34,7 @@ the book's chapter "The analytical framework" derives each term.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from ..config import Layout, ModelSpec, Training
@@ -67,10 +68,18 @@ class ModelStates:
     units: tuple  # ZeRO-2/3: (count, elements each rank holds of one unit) of the FSDP units; else ()
     weights: float  # one weight version as kept between steps (sharded with ZeRO-2/3)
     gathered: float  # ZeRO-2/3: parameters unsharded at the parameters' peak in a step
-    gradients: float  # at their peak in a step
+    gradients: float  # at their peak in a step of several microbatches
+    gradients_single: float  # at their peak in a step of one microbatch (FSDP2 reduces each layer as it goes)
     optimizer_states: float
     at_rest: tuple  # (parameters, gradients, optimizer states) kept between steps, one weight version
-    total: float  # weights + gathered + gradients + optimizer states
+    partition: tuple  # ZeRO-1: elements of each rank's ZeroRedundancyOptimizer partition, by rank; else ()
+    tensors: int  # parameter tensors the rank holds
+
+    def peak(self, microbatches: int) -> tuple[float, float, float]:
+        """(parameters, gradients, optimizer states) at their peak in a step of ``microbatches``, one weight
+        version."""
+        grads = self.gradients if microbatches > 1 else self.gradients_single
+        return self.weights + self.gathered, grads, self.optimizer_states
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +152,12 @@ class StageCosts:
     data_parallel: Traffic
     tensor_parallel: Traffic
     pipeline_parallel: Traffic
+    step_bytes: tuple  # (algorithmic data, tensor, pipeline parallel, then the same on gloo's wire) per step
+    microbatch_bytes: tuple  # the same per microbatch
+
+    def bytes_sent(self, m: int) -> tuple:
+        """Bytes of a step of m microbatches: algorithmic per kind, then on gloo's wire per kind."""
+        return tuple(step + m * micro for step, micro in zip(self.step_bytes, self.microbatch_bytes))
 
 
 NO_TENSOR_PARALLEL = TensorParallelTerms(time=0.0, backward=0.0, step_exposed=0.0, traffic=NO_TRAFFIC)
@@ -175,7 +190,8 @@ def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span, convent
       an untied head's) gradient, or at the end L shards + the whole root, whichever is larger. Under
       ``torch.distributed.pipelining`` the stages reduce-scatter only after the last microbatch
       (``backward_maybe_with_nosync``, ``perform_reduce_grad``) and keep their units gathered after backward:
-      every unit's gradient and parameters unsharded.
+      every unit's gradient and parameters unsharded. (PipeDream-2BW drops each gradient once it is applied:
+    :func:`distperf.cost.predict` keeps none at rest.)
 
     ``paper``: one unit's unsharded gradient (and, ZeRO-3, parameters) at a time, the largest."""
     h, t, dp, zero = spec.hidden, lay.tp, lay.dp, lay.zero
@@ -185,12 +201,14 @@ def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span, convent
     p_head = par.head_parameters(h, spec.vocab, spec.tied, lay.pp)
     p_root = (p_embed if span.first else 0) + (p_head if span.last else 0)
     params = span.layers * p_layer + p_root
-    owned, units = params, ()
+    owned, units, partition = params, (), ()
     gathered = 0.0
     peak_grads = params
+    tensors = _rank_tensors(spec, t, span, p_head > 2 * h)
     if zero and dp > 1:
-        tensors = _rank_tensors(spec, t, span, p_head > 2 * h)
         owned = greedy_partition_max(tensors, dp) if zero == 1 else fsdp_shard_elements(tensors, dp)
+        if zero == 1:
+            partition = zero_partition_loads(tensors, dp)
     if zero >= 2 and dp > 1:
         layer = fsdp_shard_elements(tuple((1, d0, numel) for d0, numel in par.layer_tensors(h, spec.ffn, t)), dp)
         root = owned - span.layers * layer
@@ -204,18 +222,17 @@ def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span, convent
         else:
             gathered = dp * (root + (layer if span.layers else 0)) * pb
             peak_grads = params
-        if convention != "paper" and lay.pp == 1 and lay.microbatches == 1:
-            early = (2 * h + (spec.vocab * h if p_head > 2 * h else 0)) if span.last else 0
-            peak_grads = max((span.layers - 1) * layer + p_layer + early, span.layers * layer + p_root)
+    single_grads = peak_grads
+    if zero >= 2 and dp > 1 and convention != "paper" and lay.pp == 1:
+        early = (2 * h + (spec.vocab * h if p_head > 2 * h else 0)) if span.last else 0
+        single_grads = max((span.layers - 1) * layer + p_layer + early, span.layers * layer + p_root)
     sharded = owned if zero >= 2 and dp > 1 else params  # FSDP2 shards parameters and gradients at rest
     weights = sharded * pb if convention != "paper" else (owned if zero == 3 and dp > 1 else params) * pb
-    rest_grads = 0 if lay.schedule == "2bw" and convention != "paper" else sharded * gb  # 2BW: dropped once applied
     optimizer_states = (owned if zero >= 1 else params) * ob
-    gradients = peak_grads * gb
     return ModelStates(span=span, parameters=params, owned=owned, units=units, weights=weights, gathered=gathered,
-                       gradients=gradients, optimizer_states=optimizer_states,
-                       at_rest=(sharded * pb, rest_grads, optimizer_states),
-                       total=weights + gathered + gradients + optimizer_states)
+                       gradients=peak_grads * gb, gradients_single=single_grads * gb,
+                       optimizer_states=optimizer_states, at_rest=(sharded * pb, sharded * gb, optimizer_states),
+                       partition=partition, tensors=sum(count for count, _, _ in tensors))
 
 
 def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span,
@@ -321,8 +338,8 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
 def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, convention: str = "trainer",
              backend: str = "nccl") -> PipelineTerms:
     """Every chunk sends its activation forward and its gradient backward (:func:`activation_message`), but the
-    model's two ends; with tied embeddings the first and last rank all-reduce the embedding's gradient (V·h)
-    once per step."""
+    model's two ends; with tied embeddings the first and last rank all-reduce the embedding's gradient (V·h;
+    under FSDP2 the rank's shard, ⌈V/n⌉·h) once per step."""
     p, t, dp = lay.pp, lay.tp, lay.dp
     if p == 1:
         return NO_PIPELINE
@@ -332,7 +349,10 @@ def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     send_time = collective_time("send", message, 2, *link)
     step = wire_step = step_exposed = 0.0
     if spec.tied and (span.first or span.last):
-        gradient = spec.vocab * spec.hidden * state_bytes(tr, convention)[1]
+        rows = spec.vocab
+        if lay.zero >= 2 and dp > 1 and convention != "paper":  # FSDP2: each rank all-reduces its shard
+            rows = -(-rows // dp)
+        gradient = rows * spec.hidden * state_bytes(tr, convention)[1]
         step, wire_step = _volume("all-reduce", gradient, 2, 1, 4)
         step_exposed = collective_time("all-reduce", gradient, 2, *link, backend)
     return PipelineTerms(sends=sends, send_time=send_time, step_exposed=step_exposed,
@@ -340,94 +360,114 @@ def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
                                          wire_microbatch=sends * message))
 
 
-def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, states: ModelStates, work: Compute,
-                  bucket_bytes: float, convention: str = "trainer", backend: str = "nccl") -> DataParallelTerms:
-    """ZeRO 0: one all-reduce of the gradients per step, bucketed behind the last backward (DDP). ZeRO 1: as the
-    trainer runs it, DDP's all-reduce and then ZeroRedundancyOptimizer's broadcast of every parameter from the
-    rank that owns it (each rank is the root of its partition: algorithmically it sends its partition, on
-    gloo's binomial tree ⌈log₂ n⌉ times that, plus what it forwards for the others' roots); the ZeRO paper's
-    (``paper``): a reduce-scatter of the gradients and an all-gather of the parameters. ZeRO 2/3 (FSDP2), per
-    unit: an all-gather of its parameters for every forward (ZeRO-3: and every backward), of n × its padded
-    shard; one reduce-scatter of its gradient per step, after the last microbatch (under
-    ``torch.distributed.pipelining``: after all of them), bucketed by unit behind the last backward. The
-    paper's ZeRO 2/3 reduce-scatter every microbatch. PipeDream updates after every microbatch, so its
-    reduction is per microbatch."""
+def data_parallel_traffic(lay: Layout, tr: Training, states: ModelStates, convention: str = "trainer") -> Traffic:
+    """Bytes of the data-parallel (ZeRO) collectives, algorithmic and on gloo's wire, per step and per microbatch:
+
+    - ZeRO 0: one all-reduce of the gradients per step (DDP);
+    - ZeRO 1, as the trainer runs it: DDP's all-reduce, then ZeroRedundancyOptimizer's broadcast of every
+      parameter from the rank that owns it (each rank is the root of its partition: algorithmically it sends its
+      partition; on gloo's binomial tree ⌈log₂ n⌉ times that, plus what it forwards for the other roots); the
+      ZeRO paper's (``paper``): a reduce-scatter of the gradients and an all-gather of the parameters;
+    - ZeRO 2/3 (FSDP2), per unit: an all-gather of its parameters, n × its padded shard, for every forward
+      (ZeRO-3: and every backward) of every microbatch; one reduce-scatter of its gradient per step, after the
+      last microbatch. Under ``torch.distributed.pipelining`` ZeRO-2 units stay gathered from their first
+      forward to the step's end: one all-gather per step. The paper's ZeRO 2/3 reduce-scatter every microbatch.
+    """
     dp, zero = lay.dp, lay.zero
     if dp == 1:
-        return NO_DATA_PARALLEL
+        return NO_TRAFFIC
     pb, gb, _ = state_bytes(tr, convention)
-    params, link = states.parameters, hw.link(lay.tp * dp)
+    params = states.parameters
     grads = params * gb
-    step = microbatch = wire_step = wire_microbatch = exposed_step = exposed_microbatch = 0.0
+    step = microbatch = wire_step = wire_microbatch = 0.0
     if zero == 0 or (zero == 1 and convention != "paper"):
         step, wire_step = _volume("all-reduce", grads, dp, 1, gb)
-        exposed_step = bucketed_exposed_time(grads, bucket_bytes, work.backward, "all-reduce", dp, *link,
-                                             backend=backend)
         if zero == 1:
-            loads = _zero1_loads(spec, lay, states)
-            step += max(loads) * pb
-            wire_step += max(sum(load * binomial_children((r - root) % dp, dp) for root, load in enumerate(loads))
-                             for r in range(dp)) * pb
-            exposed_step += _broadcasts_time(spec, lay, states, pb, link, backend)
+            step += max(states.partition) * pb
+            wire_step += binomial_sends(states.partition) * pb
     elif zero == 1:
         step = sent_bytes("reduce-scatter", grads, dp) + sent_bytes("all-gather", params * pb, dp)
         wire_step = gloo_sent_bytes("reduce-scatter", int(grads), dp, element_size=gb) + \
             gloo_sent_bytes("all-gather", int(params * pb), dp)
+    else:
+        gathers = 1 if zero == 2 else 2
+        gathered, units = dp * states.owned, states.units  # every unit's all-gather output, padding included
+        if convention == "paper":  # the papers' Ψ, unpadded
+            gathered, units = params, ((1, params / dp),)
+        gather_step, gather_wire = _volume("all-gather", gathered * pb, dp, 1, pb)
+        reduce = reduce_wire = 0.0
+        for count, shard in units:
+            a, w = _volume("reduce-scatter", dp * shard * gb, dp, count, gb)
+            reduce, reduce_wire = reduce + a, reduce_wire + w
+        if convention == "paper":
+            microbatch, wire_microbatch = gathers * gather_step + reduce, gathers * gather_wire + reduce_wire
+        elif lay.pp > 1 and zero == 2:
+            step, wire_step = gather_step + reduce, gather_wire + reduce_wire
+        else:
+            microbatch, wire_microbatch, step, wire_step = gathers * gather_step, gathers * gather_wire, reduce, \
+                reduce_wire
+    return Traffic(step=step, microbatch=microbatch, wire_step=wire_step, wire_microbatch=wire_microbatch)
+
+
+def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, states: ModelStates, work: Compute,
+                  bucket_bytes: float, convention: str = "trainer", backend: str = "nccl",
+                  traffic: Traffic | None = None) -> DataParallelTerms:
+    """The data-parallel collectives' bytes (:func:`data_parallel_traffic`) and the time they leave exposed:
+    DDP's all-reduce bucketed behind the last backward (and ZeRO-1's broadcasts after the optimizer step, or the
+    paper's all-gather); FSDP2's gathers where the microbatch's compute does not hide them and its
+    reduce-scatters, unit by unit, behind the last backward (the paper's: behind every backward). PipeDream
+    updates after every microbatch, so its reduction is per microbatch."""
+    dp, zero = lay.dp, lay.zero
+    if dp == 1:
+        return NO_DATA_PARALLEL
+    traffic = data_parallel_traffic(lay, tr, states, convention) if traffic is None else traffic
+    pb, gb, _ = state_bytes(tr, convention)
+    params, link = states.parameters, hw.link(lay.tp * dp)
+    grads = params * gb
+    exposed_step = exposed_microbatch = 0.0
+    if zero == 0 or (zero == 1 and convention != "paper"):
+        exposed_step = bucketed_exposed_time(grads, bucket_bytes, work.backward, "all-reduce", dp, *link,
+                                             backend=backend)
+        if zero == 1:
+            exposed_step += _broadcasts_time(states, dp, pb, link, backend)
+    elif zero == 1:
         exposed_step = (bucketed_exposed_time(grads, bucket_bytes, work.backward, "reduce-scatter", dp, *link,
                                               backend=backend)
                         + collective_time("all-gather", params * pb, dp, *link, backend))
     else:
-        gathers = 1 if zero == 2 else 2
-        gathered = dp * states.owned  # elements of every unit's all-gather output, padding included
-        units = states.units
-        if convention == "paper":  # the papers' Ψ, unpadded
-            gathered, units = params, ((1, params / dp),)
-        gather_step, gather_wire = _volume("all-gather", gathered * pb, dp, 1, pb)
-        reduce = sum(count * _volume("reduce-scatter", dp * shard * gb, dp, 1, gb)[0] for count, shard in units)
-        reduce_wire = sum(count * _volume("reduce-scatter", dp * shard * gb, dp, 1, gb)[1] for count, shard in units)
+        gathered = params if convention == "paper" else dp * states.owned
         gather = collective_time("all-gather", gathered * pb, dp, *link, backend)
         layer = max((shard for count, shard in states.units if count), default=0)
         reduction = bucketed_exposed_time(gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp,
                                           *link, backend=backend)
         exposed_microbatch = max(0.0, gather - work.forward) + (max(0.0, gather - work.backward) if zero == 3 else 0)
         if convention == "paper":
-            microbatch, wire_microbatch = gathers * gather_step + reduce, gathers * gather_wire + reduce_wire
             exposed_microbatch += reduction
-        elif lay.pp > 1 and zero == 2:  # units stay gathered from the first forward to perform_reduce_grad
-            step, wire_step, exposed_step = gather_step + reduce, gather_wire + reduce_wire, reduction
         else:
-            microbatch, wire_microbatch = gathers * gather_step, gathers * gather_wire
-            step, wire_step, exposed_step = reduce, reduce_wire, reduction
+            exposed_step = reduction
     if lay.schedule == "pipedream":
-        microbatch, wire_microbatch = microbatch + step, wire_microbatch + wire_step
-        exposed_microbatch, step, wire_step, exposed_step = exposed_microbatch + exposed_step, 0.0, 0.0, 0.0
-    return DataParallelTerms(exposed_step=exposed_step, exposed_microbatch=exposed_microbatch,
-                             traffic=Traffic(step=step, microbatch=microbatch, wire_step=wire_step,
-                                             wire_microbatch=wire_microbatch))
+        traffic = Traffic(step=0.0, microbatch=traffic.microbatch + traffic.step, wire_step=0.0,
+                          wire_microbatch=traffic.wire_microbatch + traffic.wire_step)
+        exposed_microbatch, exposed_step = exposed_microbatch + exposed_step, 0.0
+    return DataParallelTerms(exposed_step=exposed_step, exposed_microbatch=exposed_microbatch, traffic=traffic)
 
 
-def _zero1_loads(spec: ModelSpec, lay: Layout, states: ModelStates) -> tuple[int, ...]:
-    """Elements of each rank's ZeroRedundancyOptimizer partition, by rank."""
-    return zero_partition_loads(_rank_tensors(spec, lay.tp, states.span, _untied_head(spec, lay)), lay.dp)
-
-
-def _broadcasts_time(spec: ModelSpec, lay: Layout, states: ModelStates, pb: int, link, backend: str) -> float:
+def _broadcasts_time(states: ModelStates, dp: int, pb: int, link, backend: str) -> float:
     """ZeroRedundancyOptimizer's broadcasts after the step, one per parameter tensor: their latencies in turn,
     and the bytes of the rank that sends most over the bandwidth."""
     latency, bandwidth = link
-    tensors = sum(count for count, _, _ in _rank_tensors(spec, lay.tp, states.span, _untied_head(spec, lay)))
-    loads = _zero1_loads(spec, lay, states)
-    dp = lay.dp
+    tensors, loads = states.tensors, states.partition
     if backend == "gloo":
-        hops = (dp - 1).bit_length()
-        most = max(sum(load * binomial_children((r - root) % dp, dp) for root, load in enumerate(loads))
-                   for r in range(dp))
-        return tensors * hops * latency + most * pb / bandwidth
+        return tensors * (dp - 1).bit_length() * latency + binomial_sends(loads) * pb / bandwidth
     return tensors * (dp - 1) * latency + sum(loads) * pb / bandwidth
 
 
-def _untied_head(spec: ModelSpec, lay: Layout) -> bool:
-    return not spec.tied or lay.pp > 1
+@lru_cache(maxsize=4096)
+def binomial_sends(loads: tuple[int, ...]) -> int:
+    """The most any of n ranks sends when each rank r broadcasts ``loads[r]`` elements over gloo's binomial tree:
+    rank r forwards every root's load once per child it has in that root's tree."""
+    n = len(loads)
+    return max(sum(load * binomial_children((r - root) % n, n) for root, load in enumerate(loads)) for r in range(n))
 
 
 def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter: tuple[int, int, int]) -> float:
@@ -439,40 +479,53 @@ def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter:
 
 def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, bucket_bytes: float,
              times: tuple | None, convention: str, backend: str) -> StageCosts:
-    key = (spec, tr, lay.dp, lay.tp, lay.pp, lay.zero, span, lay.microbatches > 1, lay.schedule == "2bw",
-           convention)  # all the model states depend on
-    states = _STATES.get(key)
-    if states is None:
+    key = (spec, tr, lay.dp, lay.tp, lay.pp, lay.zero, span, convention)  # all the model states depend on
+    found = _STATES.get(key)
+    if found is None:
         if len(_STATES) >= _CACHE_SIZE:
             _STATES.clear()
-        states = _STATES[key] = model_states(spec, lay, tr, span, convention)
+            _TERMS.clear()
+        states = model_states(spec, lay, tr, span, convention)
+        found = _STATES[key] = (states, data_parallel_traffic(lay, tr, states, convention))
+    states, traffic = found
     work = compute(spec, lay, tr, hw, span, times)
-    tp = tensor_parallel(spec, lay, tr, hw, span, convention, backend)
-    pp = pipeline(spec, lay, tr, hw, span, convention, backend)
-    dp = data_parallel(spec, lay, tr, hw, states, work, bucket_bytes, convention, backend)
+    key = (spec, tr, hw, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.recompute, span, convention, backend)
+    tp = _TERMS.get(key)
+    if tp is None:
+        tp = _TERMS[key] = tensor_parallel(spec, lay, tr, hw, span, convention, backend)
+    key = (spec, tr, hw, lay.pp, lay.tp, lay.dp, lay.zero >= 2, lay.chunks, lay.micro_batch, lay.sequence_parallel,
+           span.first, span.last, convention, backend)
+    pp = _TERMS.get(key)
+    if pp is None:
+        pp = _TERMS[key] = pipeline(spec, lay, tr, hw, span, convention, backend)
+    dp = data_parallel(spec, lay, tr, hw, states, work, bucket_bytes, convention, backend, traffic)
     exposed = tp.time + pp.sends * pp.send_time + dp.exposed_microbatch
+    d, t, p = dp.traffic, tp.traffic, pp.traffic
     return StageCosts(states=states, microbatch=work.forward + work.backward + exposed,
                       compute=work.forward + work.backward, exposed=exposed,
                       drain=work.backward + tp.backward + pp.send_time,
                       step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
                       optimizer=optimizer_time(hw, states, state_bytes(tr, convention)),
-                      data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic)
+                      data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic,
+                      step_bytes=(d.step, t.step, p.step, d.wire_step, t.wire_step, p.wire_step),
+                      microbatch_bytes=(d.microbatch, t.microbatch, p.microbatch, d.wire_microbatch,
+                                        t.wire_microbatch, p.wire_microbatch))
 
 
 _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
 _STATES: dict = {}  # the model states, which depend on fewer things (not micro-batch, recomputation, hardware)
+_TERMS: dict = {}  # the tensor- and pipeline-parallel terms, on what each depends on (tuples of different lengths)
 _CACHE_SIZE = 1 << 14
 
 
 def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans, bucket_bytes: float,
                 times: tuple | None = None, convention: str = "trainer", backend: str = "nccl") -> dict[Span, StageCosts]:
     """{span: :class:`StageCosts`} of the ranks holding ``spans``, cached on what they depend on: the model,
-    training and hardware, the layout but for its microbatches (whether there are several) and schedule
-    (PipeDream's update per microbatch and 2BW's dropped gradients aside), the bucket size, profiled times,
-    the convention and the backend."""
+    training and hardware, the layout but for its microbatches and schedule (PipeDream's update per microbatch
+    aside), the bucket size, profiled times, the convention and the
+    backend."""
     key = (spec, tr, hw, bucket_bytes, times, lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch,
-           lay.sequence_parallel, lay.zero, lay.recompute, lay.schedule == "pipedream", lay.schedule == "2bw",
-           lay.microbatches > 1, convention, backend)
+           lay.sequence_parallel, lay.zero, lay.recompute, lay.schedule == "pipedream", convention, backend)
     known = _CACHE.get(key)
     if known is None:
         if len(_CACHE) >= _CACHE_SIZE:
@@ -491,6 +544,7 @@ def clear_cache() -> None:
     """Forget every cached :class:`StageCosts` (for benchmarks that must start cold)."""
     _CACHE.clear()
     _STATES.clear()
+    _TERMS.clear()
 
 
 def _rank_tensors(spec: ModelSpec, t: int, span: Span, head_matrix: bool) -> tuple:
