@@ -63,6 +63,12 @@ class ModelSpec:
     def __post_init__(self):
         if self.ffn == 0:
             object.__setattr__(self, "ffn", 4 * self.hidden)
+        # the cost model keys its caches on the model: hash the fields once, not on every lookup
+        object.__setattr__(self, "_hash", hash((self.name, self.arch, self.layers, self.hidden, self.heads, self.vocab,
+                                                self.seq, self.ffn, self.tied, self.dropout, self.attention)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def head_dim(self) -> int:
@@ -157,9 +163,10 @@ def stage_layers(model: ModelSpec, layout: Layout) -> tuple[int, ...]:
     return tuple(layout.partition) if layout.partition else uniform_partition(model.layers, layout.stages)
 
 
-def _positive(obj, names: tuple[str, ...]) -> None:
-    for name in names:
-        value = getattr(obj, name)
+def _positive(names: tuple[str, ...], values: tuple) -> None:
+    if set(map(type, values)) == {int} and min(values) >= 1:  # the common case, at C speed
+        return
+    for name, value in zip(names, values):
         if type(value) is not int or value < 1:  # type(): a bool is not a size
             raise ConfigError(name, f"must be a positive integer, got {value!r}")
 
@@ -169,14 +176,15 @@ def validate(cfg: Config) -> Config:
     m, lay, tr = cfg.model, cfg.layout, cfg.training
     if m.arch not in ARCHS:
         raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {m.arch!r}")
-    _positive(m, ("layers", "hidden", "heads", "vocab", "seq", "ffn"))
+    _positive(("layers", "hidden", "heads", "vocab", "seq", "ffn"), (m.layers, m.hidden, m.heads, m.vocab, m.seq, m.ffn))
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError("dropout", f"must lie in [0, 1), got {m.dropout!r}")
     if m.attention not in ATTENTIONS:
         raise ConfigError("attention", f"must be one of {', '.join(ATTENTIONS)}, got {m.attention!r}")
     if m.hidden % m.heads:
         raise ConfigError("heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})")
-    _positive(lay, ("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"))
+    _positive(("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"),
+              (lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch, lay.microbatches))
     if lay.schedule not in SCHEDULES:
         raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {lay.schedule!r}")
     if lay.recompute not in RECOMPUTE:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..config import DDP_BUCKET_MB, Config, ConfigError, stage_layers, validate
+from ..config import DDP_BUCKET_MB, Config, ConfigError, uniform_partition, validate
 from ..hardware import DEFAULT, PRESETS, Hardware
 from . import activations as act
 from . import flops as fl
@@ -49,7 +49,6 @@ from .collectives import BACKENDS, gloo_sent_bytes
 from .model_states import greedy_partition_max, zero_partition_loads
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
 from .stage import Span, StageCosts, binomial_sends, clear_cache, stage_costs
-from .stage import activation_message as stage_message
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
 KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
@@ -88,29 +87,28 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             raise ConfigError("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
     hw = hw or PRESETS[DEFAULT]
     spec, lay, tr = cfg.model, cfg.layout, cfg.training
-    h, a, s, vocab = spec.hidden, spec.heads, spec.seq, spec.vocab
+    h, s, vocab = spec.hidden, spec.seq, spec.vocab
     b, m, p, v, t, dp = lay.micro_batch, lay.microbatches, lay.pp, lay.chunks, lay.tp, lay.dp
     sp, rc, sched = lay.sequence_parallel, lay.recompute, lay.schedule
-    layers = stage_layers(spec, lay)
+    layers = lay.partition or _uniform(spec.layers, p * v)
     n_chunks = p * v
 
     # ranks with the same layers and ends cost the same apart from the schedule
-    spans = [Span(layers[r] if v == 1 else sum(layers[r::p]), r == 0, r == p - 1) for r in range(p)]
+    spans, unique = _spans(layers, p, v)
     times = None if layer_times is None else tuple(tuple(float(x) for x in layer_times[part])
                                                    for part in ("layer", "embedding", "head"))
-    stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, dict.fromkeys(spans), bucket_bytes, times,
-                                                 convention, backend)
+    stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, unique, bucket_bytes, times, convention, backend)
     ranks = [stages[span] for span in spans]
 
     # activations: what each in-flight microbatch stashes, and the step's token ids (trainer)
-    stash_layer, stash_embed, stash_head, working = _stashes(s, b, h, a, spec.ffn, vocab, t, sp, spec.dropout > 0,
-                                                             tr.precision, rc, spec.attention, convention)
+    stash_layer, stash_embed, stash_head, working = _stashes(spec, b, t, sp, tr.precision, rc, convention)
     flights = in_flight_per_rank(sched, p, m, v)
     trainer = convention == "trainer"
-    tokens = act.trainer_token_bytes(s, b * m * dp) if trainer else 0
+    tokens = 8 * b * m * dp * (s + 1) if trainer else 0  # act.trainer_token_bytes: the step's token ids
     # torch's pipelining receives each microbatch's input into a buffer of its own, which the stage's first layer
-    # keeps for backward and the stage keeps for the run: every received input stays (m of them per chunk)
-    received = stage_message(spec, lay, tr, convention) if p > 1 and trainer and sched in FLUSHING else 0.0
+    # keeps for backward and the stage keeps for the run: every received input stays (m of them per chunk);
+    # the input is stage.activation_message, fp32
+    received = b * s * h * 4 / (t if sp else 1) if p > 1 and trainer and sched in FLUSHING else 0.0
     if v == 1:
         activations = [n[0] * k * stash_layer + (received * (m - n[0]) if r else 0.0)
                        for r, (n, k) in enumerate(zip(flights, layers))]
@@ -129,9 +127,11 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     # memory by category, with the schedule's weight versions
     by_stage = []
     for rank, x in zip(ranks, activations):
-        weights, grads, states = rank.states.peak(m)
-        by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
-                         "recompute_working": working, "total": weights + grads + states + x + working})
+        st = rank.states
+        weights, grads = st.weights + st.gathered, st.gradients if m > 1 else st.gradients_single
+        by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": st.optimizer_states,
+                         "activations": x, "recompute_working": working,
+                         "total": weights + grads + st.optimizer_states + x + working})
     at_rest = [{"parameters": rank.states.at_rest[0], "gradients": rank.states.at_rest[1],
                 "optimizer_states": rank.states.at_rest[2]} for rank in ranks]
     if sched in ("2bw", "pipedream"):
@@ -162,8 +162,11 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer
     bubble = finish - m * slowest.microbatch
 
-    sent = [rank.bytes_sent(m) for rank in stages.values()]
-    sent = sent[0] if len(sent) == 1 else tuple(map(max, zip(*sent)))  # the most any rank sends, per kind
+    sent = None  # the most any rank sends, per kind: algorithmic, then on gloo's wire
+    for rank in stages.values():
+        x, y = rank.step_bytes, rank.microbatch_bytes
+        row = (x[0] + m * y[0], x[1] + m * y[1], x[2] + m * y[2], x[3] + m * y[3], x[4] + m * y[4], x[5] + m * y[5])
+        sent = row if sent is None else tuple(map(max, sent, row))
     dp_names = DP_COLLECTIVES_PAPER if convention == "paper" else DP_COLLECTIVES
     parameters, model_flops, hardware_flops = _model_totals(spec.layers, h, spec.ffn, vocab, s, spec.tied, rc)
     global_batch = b * m * dp
@@ -178,8 +181,9 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         "model_states_at_rest_by_stage": at_rest,
         "peak_stage": peak,
         "fits": totals[peak] <= hw.memory_capacity,
-        "communication_bytes": dict(zip(KINDS, sent[:3])),
-        "communication_wire_bytes": dict(zip(KINDS, sent[3:])),
+        "communication_bytes": {"data_parallel": sent[0], "tensor_parallel": sent[1], "pipeline_parallel": sent[2]},
+        "communication_wire_bytes": {"data_parallel": sent[3], "tensor_parallel": sent[4],
+                                     "pipeline_parallel": sent[5]},
         "collectives": {"data_parallel": dp_names[lay.zero] if dp > 1 else "none",
                         "tensor_parallel": ("all-gather + reduce-scatter" if sp else "all-reduce") if t > 1 else "none",
                         "pipeline_parallel": ("send/recv" + (" + all-reduce (tied embeddings)" if spec.tied else ""))
@@ -197,11 +201,12 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
 
 
 @lru_cache(maxsize=4096)
-def _stashes(s: int, b: int, h: int, a: int, ffn: int, vocab: int, t: int, sp: bool, dropout: bool, precision: str,
-             rc: str, attention: str, convention: str) -> tuple[float, float, float, float]:
+def _stashes(spec, b: int, t: int, sp: bool, precision: str, rc: str, convention: str) -> tuple[float, ...]:
     """Activation bytes per microbatch of a layer, the first stage's ends and the last's, and the recomputation
     working set (:mod:`distperf.cost.activations`): as the trainer keeps them, or as the papers count (values in
     the parameters' precision, 2 bytes mixed and 4 fp32)."""
+    s, h, a, ffn, vocab, dropout, attention = (spec.seq, spec.hidden, spec.heads, spec.ffn, spec.vocab,
+                                               spec.dropout > 0, spec.attention)
     mixed = precision == "mixed"
     if convention == "trainer":
         args = (s, b, h, a, ffn, t, sp, dropout, attention, mixed, rc)
@@ -214,6 +219,19 @@ def _stashes(s: int, b: int, h: int, a: int, ffn: int, vocab: int, t: int, sp: b
 
 
 @lru_cache(maxsize=4096)
+def _spans(layers: tuple[int, ...], p: int, v: int) -> tuple[tuple[Span, ...], tuple[Span, ...]]:
+    """The :class:`Span` of each pipeline rank, and the distinct ones."""
+    spans = tuple(Span(layers[r] if v == 1 else sum(layers[r::p]), r == 0, r == p - 1) for r in range(p))
+    return spans, tuple(dict.fromkeys(spans))
+
+
+@lru_cache(maxsize=4096)
+def _uniform(layers: int, stages: int) -> tuple[int, ...]:
+    """:func:`distperf.config.uniform_partition`, cached."""
+    return uniform_partition(layers, stages)
+
+
+@lru_cache(maxsize=4096)
 def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool, rc: str) -> tuple[int, int, int]:
     """Parameters, and model and hardware FLOPs per sequence of the batch (both are linear in it)."""
     return (par.model_parameters(layers, h, ffn, vocab, s, tied), fl.model_flops(1, layers, s, h, ffn, vocab),
@@ -223,7 +241,7 @@ def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool,
 def clear_caches() -> None:
     """Forget cached per-stage costs (for benchmarks that must start cold)."""
     clear_cache()
-    for cached in (_stashes, _model_totals, greedy_partition_max, zero_partition_loads, gloo_sent_bytes,
+    for cached in (_stashes, _spans, _uniform, in_flight_per_rank, _model_totals, greedy_partition_max, zero_partition_loads, gloo_sent_bytes,
                    binomial_sends):
         cached.cache_clear()
 

@@ -14,6 +14,8 @@ Schedules (p ranks, m microbatches per iteration, v model chunks per rank):
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 FLUSHING = ("none", "gpipe", "1f1b", "interleaved")
 
 
@@ -57,15 +59,16 @@ def in_flight(schedule: str, p: int, m: int, v: int, rank: int) -> tuple[int, ..
     return tuple(counts)
 
 
-def in_flight_per_rank(schedule: str, p: int, m: int, v: int) -> list[tuple[int, ...]]:
-    """:func:`in_flight` for ranks 0 … p − 1."""
+@lru_cache(maxsize=4096)
+def in_flight_per_rank(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, ...], ...]:
+    """:func:`in_flight` for ranks 0 … p − 1 (cached: a sweep asks for the same few)."""
     if schedule in ("1f1b", "2bw"):
-        return [(min(p - r, m),) for r in range(p)]
+        return tuple((min(p - r, m),) for r in range(p))
     if schedule == "pipedream":
-        return [(p - r,) for r in range(p)]
+        return tuple((p - r,) for r in range(p))
     if schedule in ("none", "gpipe"):
-        return [(1 if schedule == "none" else m,)] * p
-    return [in_flight(schedule, p, m, v, r) for r in range(p)]
+        return ((1 if schedule == "none" else m,),) * p
+    return tuple(in_flight(schedule, p, m, v, r) for r in range(p))
 
 
 def weight_versions(schedule: str, p: int, rank: int) -> int:

@@ -155,10 +155,6 @@ class StageCosts:
     step_bytes: tuple  # (algorithmic data, tensor, pipeline parallel, then the same on gloo's wire) per step
     microbatch_bytes: tuple  # the same per microbatch
 
-    def bytes_sent(self, m: int) -> tuple:
-        """Bytes of a step of m microbatches: algorithmic per kind, then on gloo's wire per kind."""
-        return tuple(step + m * micro for step, micro in zip(self.step_bytes, self.microbatch_bytes))
-
 
 NO_TENSOR_PARALLEL = TensorParallelTerms(time=0.0, backward=0.0, step_exposed=0.0, traffic=NO_TRAFFIC)
 NO_PIPELINE = PipelineTerms(sends=0, send_time=0.0, step_exposed=0.0, traffic=NO_TRAFFIC)
