@@ -27,7 +27,7 @@ STATE_TOLERANCE, ACTIVATION_TOLERANCE = 0.005, 0.02  # the acceptance bounds; mo
 
 # name -> (layout, model overrides, precision): every strategy and hybrid, each recomputation mode somewhere
 CASES = {
-    "dp": (Layout(dp=2, micro_batch=2), {}, "fp32"),
+    "dp-math-dropout": (Layout(dp=2, micro_batch=2), {"attention": "math", "dropout": 0.1}, "fp32"),
     "zero1": (Layout(dp=2, micro_batch=2, zero=1), {}, "fp32"),
     "zero2": (Layout(dp=2, micro_batch=1, microbatches=2, zero=2), {}, "fp32"),
     "zero3": (Layout(dp=2, micro_batch=2, zero=3, recompute="selective"), {}, "fp32"),
@@ -38,7 +38,6 @@ CASES = {
     "pp-1f1b": (Layout(pp=2, schedule="1f1b", micro_batch=1, microbatches=2, recompute="selective"), {}, "fp32"),
     "pp-interleaved": (Layout(pp=2, schedule="interleaved", chunks=2, micro_batch=2, microbatches=2), {}, "fp32"),
     "pp-2bw": (Layout(pp=2, schedule="2bw", micro_batch=1, microbatches=2), {}, "fp32"),
-    "dp-math-dropout": (Layout(dp=2, micro_batch=2), {"attention": "math", "dropout": 0.1}, "fp32"),
     "dp×pp": (Layout(dp=2, pp=2, schedule="1f1b", microbatches=2, recompute="full"), {}, "fp32"),
     "dp×tp-mixed": (Layout(dp=2, tp=2, microbatches=2), {}, "mixed"),
     "tp+sp×pp": (Layout(tp=2, pp=2, sequence_parallel=True, schedule="1f1b", microbatches=2), {}, "fp32"),

@@ -31,6 +31,14 @@ def trainer_bytes_per_parameter(optimizer: str, momentum: bool = True) -> tuple[
     return (4, 4, 4 * (2 if optimizer == "adam" else (1 if momentum else 0)))
 
 
+def state_bytes(training, convention: str) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer-state) bytes per parameter of a :class:`~distperf.config.Training` under
+    ``convention``: the papers' (:func:`bytes_per_parameter`) or the trainer's (:func:`trainer_bytes_per_parameter`)."""
+    if convention == "paper":
+        return bytes_per_parameter(training.precision, training.optimizer, training.momentum)
+    return trainer_bytes_per_parameter(training.optimizer, training.momentum)
+
+
 def zero_model_state_bytes(psi: float, n: int, stage: int, param_bytes: float = 2, grad_bytes: float = 2,
                            optimizer_bytes: float = 12) -> tuple[float, float, float]:
     """(parameters, gradients, optimizer states) bytes per data-parallel rank (ZeRO paper, §5 and Fig. 1).

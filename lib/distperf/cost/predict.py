@@ -7,6 +7,14 @@ microbatches in flight and weight versions); memory is reported for the most loa
 total per pipeline rank, communication as the most any rank sends per kind, and time for the rank
 that finishes the iteration last.
 
+Memory of pipeline rank r: its model states (:func:`distperf.cost.stage.model_states`, with the schedule's weight
+versions), and its activations: each microbatch in flight (:func:`distperf.cost.schedules.in_flight`) keeps its
+layers' stash (:mod:`distperf.cost.activations`) and the ends' (embedding, head). Counting what the trainer keeps,
+the step's token ids are one batch whose views every microbatch uses, counted once; and a rank that receives its
+input from a neighbour (torch's pipeline schedules; not 2BW, which receives into fresh tensors) keeps every
+microbatch's receive buffer, which its first layer saves, for the whole step: m of them, however few microbatches
+are in flight. What a recomputed layer rebuilds during its backward is reported apart (``recompute_working``).
+
 Time of one microbatch on pipeline rank r (per tensor- and data-parallel rank):
 
     t_r = compute (3·forward FLOPs + recomputed FLOPs) / achieved FLOP/s
@@ -48,7 +56,8 @@ from . import parameters as par
 from .collectives import BACKENDS, gloo_sent_bytes
 from .model_states import greedy_partition_max, zero_partition_loads
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
-from .stage import Span, StageCosts, binomial_sends, clear_cache, stage_costs
+from .communication import binomial_sends
+from .stage import Span, StageCosts, clear_cache, stage_costs
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
 KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")

@@ -1,12 +1,12 @@
-"""The costs of one pipeline rank, in named pieces: model states, compute, tensor-parallel, pipeline and
-data-parallel terms.
+"""The costs of one pipeline rank, in named pieces: model states and compute here, the tensor-parallel, pipeline
+and data-parallel terms in :mod:`distperf.cost.communication`.
 
 Each piece takes the configuration's frozen parts whole (:class:`~distperf.config.ModelSpec`,
 :class:`~distperf.config.Layout`, :class:`~distperf.config.Training`, :class:`~distperf.hardware.Hardware`) and
 the :class:`Span` of the model that the rank holds, and returns a small frozen dataclass. :func:`stage_costs`
 combines them into the :class:`StageCosts` that :func:`distperf.cost.predict` places in the schedule; it is
-cached on what a rank's costs depend on (not the number of microbatches but whether there are several, nor the
-schedule but for PipeDream's update per microbatch), so that a sweep over microbatches and schedules reuses it.
+cached on what a rank's costs depend on (not the number of microbatches, nor the schedule but for PipeDream's
+update per microbatch), so that a sweep over microbatches and schedules reuses it.
 
 Two conventions (``convention``): ``trainer`` (the default) counts what this repository's trainers run under
 torch 2.13; ``paper`` counts as the papers do. Where they differ:
@@ -34,18 +34,14 @@ the book's chapter "The analytical framework" derives each term.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 from ..config import Layout, ModelSpec, Training
 from ..hardware import Hardware
 from . import flops as fl
 from . import parameters as par
-from .collectives import binomial_children, bucketed_exposed_time, collective_time, gloo_sent_bytes, sent_bytes
-from .model_states import (bytes_per_parameter, fsdp_shard_elements, greedy_partition_max, trainer_bytes_per_parameter,
-                           zero_partition_loads)
-
-ADAM_GRADIENT_USES = 3  # torch 2.13's single-tensor Adam reads a gradient three times (lerp_, addcmul_(g, g))
+from .communication import Traffic, data_parallel, data_parallel_traffic, pipeline, tensor_parallel
+from .model_states import fsdp_shard_elements, greedy_partition_max, state_bytes, zero_partition_loads
 
 
 class Span(NamedTuple):
@@ -91,54 +87,6 @@ class Compute:
 
 
 @dataclass(frozen=True, slots=True)
-class Traffic:
-    """Bytes a rank sends for one kind of parallelism: algorithmic and on gloo's wire, once per step and per
-    microbatch."""
-
-    step: float = 0.0
-    microbatch: float = 0.0
-    wire_step: float = 0.0
-    wire_microbatch: float = 0.0
-
-    def total(self, m: int, wire: bool = False) -> float:
-        """Bytes of a step of m microbatches."""
-        return self.wire_step + m * self.wire_microbatch if wire else self.step + m * self.microbatch
-
-
-NO_TRAFFIC = Traffic()
-
-
-@dataclass(frozen=True, slots=True)
-class TensorParallelTerms:
-    """The tensor-parallel collectives: time of one microbatch's, of those of its backward pass, and after the
-    last backward (sequence parallelism's LayerNorm gradients, read by the optimizer)."""
-
-    time: float
-    backward: float
-    step_exposed: float
-    traffic: Traffic
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineTerms:
-    """Activations sent to the neighbouring ranks per microbatch, and the tied embedding's all-reduce per step."""
-
-    sends: int  # per microbatch: forward and backward per chunk, but the model's two ends
-    send_time: float  # one send
-    step_exposed: float  # the tied embedding's all-reduce, after the last backward
-    traffic: Traffic
-
-
-@dataclass(frozen=True, slots=True)
-class DataParallelTerms:
-    """The data-parallel (ZeRO) collectives: bytes, and the time each leaves exposed."""
-
-    exposed_step: float  # after the last backward: DDP's bucketed all-reduce, ZeRO-1's broadcasts, FSDP2's reduction
-    exposed_microbatch: float  # FSDP2's gathers not hidden behind compute
-    traffic: Traffic
-
-
-@dataclass(frozen=True, slots=True)
 class StageCosts:
     """A pipeline rank's costs apart from its place in the schedule and the number of microbatches."""
 
@@ -154,18 +102,6 @@ class StageCosts:
     pipeline_parallel: Traffic
     step_bytes: tuple  # (algorithmic data, tensor, pipeline parallel, then the same on gloo's wire) per step
     microbatch_bytes: tuple  # the same per microbatch
-
-
-NO_TENSOR_PARALLEL = TensorParallelTerms(time=0.0, backward=0.0, step_exposed=0.0, traffic=NO_TRAFFIC)
-NO_PIPELINE = PipelineTerms(sends=0, send_time=0.0, step_exposed=0.0, traffic=NO_TRAFFIC)
-NO_DATA_PARALLEL = DataParallelTerms(exposed_step=0.0, exposed_microbatch=0.0, traffic=NO_TRAFFIC)
-
-
-def state_bytes(tr: Training, convention: str) -> tuple[int, int, int]:
-    """(parameter, gradient, optimizer-state) bytes per parameter under ``convention``."""
-    if convention == "paper":
-        return bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)
-    return trainer_bytes_per_parameter(tr.optimizer, tr.momentum)
 
 
 def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span, convention: str = "trainer") -> ModelStates:
@@ -186,8 +122,10 @@ def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span, convent
       an untied head's) gradient, or at the end L shards + the whole root, whichever is larger. Under
       ``torch.distributed.pipelining`` the stages reduce-scatter only after the last microbatch
       (``backward_maybe_with_nosync``, ``perform_reduce_grad``) and keep their units gathered after backward:
-      every unit's gradient and parameters unsharded. (PipeDream-2BW drops each gradient once it is applied:
-    :func:`distperf.cost.predict` keeps none at rest.)
+      every unit's gradient and parameters unsharded. (Measured at one point: the parameters agree; the last
+      stage's gradients peak higher by the root unit's shard, whose reduce-scatter output is allocated before the
+      head's unsharded gradient is freed; not modelled.) PipeDream-2BW drops each gradient once it is applied:
+      :func:`distperf.cost.predict` keeps none at rest.
 
     ``paper``: one unit's unsharded gradient (and, ZeRO-3, parameters) at a time, the largest."""
     h, t, dp, zero = spec.hidden, lay.tp, lay.dp, lay.zero
@@ -252,218 +190,6 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
         (fl.head_forward_flops(b, s, h, spec.vocab) if span.last else 0)
     return Compute(forward=forward / rate,
                    backward=(2 * forward + span.layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t) / rate)
-
-
-def activation_message(spec: ModelSpec, lay: Layout, tr: Training, convention: str = "trainer") -> float:
-    """Bytes of one microbatch's activation (or its gradient) between layers and pipeline stages: b·s·h, ÷t with
-    sequence parallelism (the residual stream is then cut along the sequence), in fp32 for the trainer (bf16
-    autocast leaves the residual stream fp32) or in the parameters' precision for the papers."""
-    value = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[0] if convention == "paper" else 4
-    return lay.micro_batch * spec.seq * spec.hidden * value / (lay.tp if lay.sequence_parallel else 1)
-
-
-def _volume(kind: str, message: float, n: int, calls: float, element: int) -> tuple[float, float]:
-    """(algorithmic, gloo wire) bytes of ``calls`` collectives of ``kind`` on ``message`` bytes over n ranks."""
-    return (calls * sent_bytes(kind, message, n),
-            calls * gloo_sent_bytes(kind, int(message), n, element_size=element) if calls else 0.0)
-
-
-def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span,
-                    convention: str = "trainer", backend: str = "nccl") -> TensorParallelTerms:
-    """Megatron's collectives per layer and microbatch (Shoeybi et al. 2019, §3): two all-reduces forward and two
-    backward, two more forward when full recomputation reruns the layer; with sequence parallelism (Korthikanti
-    et al. 2022, §4.2.2) each all-reduce becomes an all-gather before the column-parallel layer and a
-    reduce-scatter after the row-parallel one.
-
-    The trainer's full recomputation (``torch.utils.checkpoint``, non-reentrant, which stops recomputing once the
-    last tensor the layer saved is rebuilt) stops at fc2: the row-parallel reduction after it is not rerun
-    unless dropout follows it and saves a mask; the one after the attention's projection is.
-
-    The trainer (DTensor, torch 2.13) under bf16 autocast sends the forward in bf16 (the row-parallel output)
-    and the backward in fp32 (the gradient of the fp32 LayerNorm output the column-parallel layer received);
-    with sequence parallelism the all-gathered forward inputs are the fp32 LayerNorm outputs and the
-    reduce-scattered outputs bf16, the backward the other way round; the first stage's backward all-gathers the
-    embedding output's gradient and the last stage's forward the head's input (b·s·h fp32 each); and each
-    LayerNorm weight and bias keeps a Partial gradient, which the optimizer's reads turn Replicate by an
-    all-reduce each (h fp32 values; Adam reads a gradient three times, SGD once) after the last backward."""
-    t = lay.tp
-    if t == 1:
-        return NO_TENSOR_PARALLEL
-    link, n, elements = hw.link(t), span.layers, lay.micro_batch * spec.seq * spec.hidden
-    if convention == "paper":
-        value = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[0]
-        forward_value = backward_value = gather_value = value
-    else:
-        forward_value = 2 if tr.precision == "mixed" else 4  # the row-parallel layers' outputs
-        backward_value = gather_value = 4  # gradients of, and all-gathers of, the fp32 LayerNorm outputs
-    full = lay.recompute == "full"
-    if convention == "paper":
-        gathers = reductions = 2 * n * (2 if full else 1)
-    else:  # the recomputation stops at the last saved tensor: fc2's input, or with dropout its mask
-        gathers, reductions = 2 * n * (2 if full else 1), n * (2 + ((2 if spec.dropout > 0 else 1) if full else 0))
-    if not lay.sequence_parallel:
-        phases = ((("all-reduce", forward_value, reductions),), (("all-reduce", backward_value, 2 * n),))
-    elif convention == "paper":
-        phases = ((("all-gather", forward_value, gathers), ("reduce-scatter", forward_value, reductions)),
-                  (("all-gather", forward_value, 2 * n), ("reduce-scatter", forward_value, 2 * n)))
-    else:
-        phases = ((("all-gather", gather_value, gathers), ("reduce-scatter", forward_value, reductions),
-                   ("all-gather", gather_value, int(span.last))),  # the head's input
-                  (("all-gather", forward_value, 2 * n), ("reduce-scatter", backward_value, 2 * n),
-                   ("all-gather", gather_value, int(span.first))))  # the embedding output's gradient
-    times, algorithmic, wire = [], 0.0, 0.0
-    for phase in phases:
-        seconds = 0.0
-        for kind, value, calls in phase:
-            if calls:
-                seconds += calls * collective_time(kind, elements * value, t, *link, backend)
-                a, w = _volume(kind, elements * value, t, calls, value)
-                algorithmic, wire = algorithmic + a, wire + w
-        times.append(seconds)
-    step = wire_step = step_exposed = 0.0
-    if lay.sequence_parallel and convention != "paper":
-        uses = ADAM_GRADIENT_USES if tr.optimizer == "adam" else 1
-        norms = uses * (2 * n + (1 if span.last else 0)) * 2  # weight and bias of each LayerNorm
-        step, wire_step = _volume("all-reduce", spec.hidden * 4, t, norms, 4)
-        step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *link, backend)
-    return TensorParallelTerms(time=times[0] + times[1], backward=times[1], step_exposed=step_exposed,
-                               traffic=Traffic(step=step, microbatch=algorithmic, wire_step=wire_step,
-                                               wire_microbatch=wire))
-
-
-def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, convention: str = "trainer",
-             backend: str = "nccl") -> PipelineTerms:
-    """Every chunk sends its activation forward and its gradient backward (:func:`activation_message`), but the
-    model's two ends; with tied embeddings the first and last rank all-reduce the embedding's gradient (V·h;
-    under FSDP2 the rank's shard, ⌈V/n⌉·h) once per step."""
-    p, t, dp = lay.pp, lay.tp, lay.dp
-    if p == 1:
-        return NO_PIPELINE
-    message = activation_message(spec, lay, tr, convention)
-    link = hw.link(t * dp * p)
-    sends = 2 * lay.chunks - span.first - span.last
-    send_time = collective_time("send", message, 2, *link)
-    step = wire_step = step_exposed = 0.0
-    if spec.tied and (span.first or span.last):
-        rows = spec.vocab
-        if lay.zero >= 2 and dp > 1 and convention != "paper":  # FSDP2: each rank all-reduces its shard
-            rows = -(-rows // dp)
-        gradient = rows * spec.hidden * state_bytes(tr, convention)[1]
-        step, wire_step = _volume("all-reduce", gradient, 2, 1, 4)
-        step_exposed = collective_time("all-reduce", gradient, 2, *link, backend)
-    return PipelineTerms(sends=sends, send_time=send_time, step_exposed=step_exposed,
-                         traffic=Traffic(step=step, microbatch=sends * message, wire_step=wire_step,
-                                         wire_microbatch=sends * message))
-
-
-def data_parallel_traffic(lay: Layout, tr: Training, states: ModelStates, convention: str = "trainer") -> Traffic:
-    """Bytes of the data-parallel (ZeRO) collectives, algorithmic and on gloo's wire, per step and per microbatch:
-
-    - ZeRO 0: one all-reduce of the gradients per step (DDP);
-    - ZeRO 1, as the trainer runs it: DDP's all-reduce, then ZeroRedundancyOptimizer's broadcast of every
-      parameter from the rank that owns it (each rank is the root of its partition: algorithmically it sends its
-      partition; on gloo's binomial tree ⌈log₂ n⌉ times that, plus what it forwards for the other roots); the
-      ZeRO paper's (``paper``): a reduce-scatter of the gradients and an all-gather of the parameters;
-    - ZeRO 2/3 (FSDP2), per unit: an all-gather of its parameters, n × its padded shard, for every forward
-      (ZeRO-3: and every backward) of every microbatch; one reduce-scatter of its gradient per step, after the
-      last microbatch. Under ``torch.distributed.pipelining`` ZeRO-2 units stay gathered from their first
-      forward to the step's end: one all-gather per step. The paper's ZeRO 2/3 reduce-scatter every microbatch.
-    """
-    dp, zero = lay.dp, lay.zero
-    if dp == 1:
-        return NO_TRAFFIC
-    pb, gb, _ = state_bytes(tr, convention)
-    params = states.parameters
-    grads = params * gb
-    step = microbatch = wire_step = wire_microbatch = 0.0
-    if zero == 0 or (zero == 1 and convention != "paper"):
-        step, wire_step = _volume("all-reduce", grads, dp, 1, gb)
-        if zero == 1:
-            step += max(states.partition) * pb
-            wire_step += binomial_sends(states.partition) * pb
-    elif zero == 1:
-        step = sent_bytes("reduce-scatter", grads, dp) + sent_bytes("all-gather", params * pb, dp)
-        wire_step = gloo_sent_bytes("reduce-scatter", int(grads), dp, element_size=gb) + \
-            gloo_sent_bytes("all-gather", int(params * pb), dp)
-    else:
-        gathers = 1 if zero == 2 else 2
-        gathered, units = dp * states.owned, states.units  # every unit's all-gather output, padding included
-        if convention == "paper":  # the papers' Ψ, unpadded
-            gathered, units = params, ((1, params / dp),)
-        gather_step, gather_wire = _volume("all-gather", gathered * pb, dp, 1, pb)
-        reduce = reduce_wire = 0.0
-        for count, shard in units:
-            a, w = _volume("reduce-scatter", dp * shard * gb, dp, count, gb)
-            reduce, reduce_wire = reduce + a, reduce_wire + w
-        if convention == "paper":
-            microbatch, wire_microbatch = gathers * gather_step + reduce, gathers * gather_wire + reduce_wire
-        elif lay.pp > 1 and zero == 2:
-            step, wire_step = gather_step + reduce, gather_wire + reduce_wire
-        else:
-            microbatch, wire_microbatch, step, wire_step = gathers * gather_step, gathers * gather_wire, reduce, \
-                reduce_wire
-    return Traffic(step=step, microbatch=microbatch, wire_step=wire_step, wire_microbatch=wire_microbatch)
-
-
-def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, states: ModelStates, work: Compute,
-                  bucket_bytes: float, convention: str = "trainer", backend: str = "nccl",
-                  traffic: Traffic | None = None) -> DataParallelTerms:
-    """The data-parallel collectives' bytes (:func:`data_parallel_traffic`) and the time they leave exposed:
-    DDP's all-reduce bucketed behind the last backward (and ZeRO-1's broadcasts after the optimizer step, or the
-    paper's all-gather); FSDP2's gathers where the microbatch's compute does not hide them and its
-    reduce-scatters, unit by unit, behind the last backward (the paper's: behind every backward). PipeDream
-    updates after every microbatch, so its reduction is per microbatch."""
-    dp, zero = lay.dp, lay.zero
-    if dp == 1:
-        return NO_DATA_PARALLEL
-    traffic = data_parallel_traffic(lay, tr, states, convention) if traffic is None else traffic
-    pb, gb, _ = state_bytes(tr, convention)
-    params, link = states.parameters, hw.link(lay.tp * dp)
-    grads = params * gb
-    exposed_step = exposed_microbatch = 0.0
-    if zero == 0 or (zero == 1 and convention != "paper"):
-        exposed_step = bucketed_exposed_time(grads, bucket_bytes, work.backward, "all-reduce", dp, *link,
-                                             backend=backend)
-        if zero == 1:
-            exposed_step += _broadcasts_time(states, dp, pb, link, backend)
-    elif zero == 1:
-        exposed_step = (bucketed_exposed_time(grads, bucket_bytes, work.backward, "reduce-scatter", dp, *link,
-                                              backend=backend)
-                        + collective_time("all-gather", params * pb, dp, *link, backend))
-    else:
-        gathered = params if convention == "paper" else dp * states.owned
-        gather = collective_time("all-gather", gathered * pb, dp, *link, backend)
-        layer = max((shard for count, shard in states.units if count), default=0)
-        reduction = bucketed_exposed_time(gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp,
-                                          *link, backend=backend)
-        exposed_microbatch = max(0.0, gather - work.forward) + (max(0.0, gather - work.backward) if zero == 3 else 0)
-        if convention == "paper":
-            exposed_microbatch += reduction
-        else:
-            exposed_step = reduction
-    if lay.schedule == "pipedream":
-        traffic = Traffic(step=0.0, microbatch=traffic.microbatch + traffic.step, wire_step=0.0,
-                          wire_microbatch=traffic.wire_microbatch + traffic.wire_step)
-        exposed_microbatch, exposed_step = exposed_microbatch + exposed_step, 0.0
-    return DataParallelTerms(exposed_step=exposed_step, exposed_microbatch=exposed_microbatch, traffic=traffic)
-
-
-def _broadcasts_time(states: ModelStates, dp: int, pb: int, link, backend: str) -> float:
-    """ZeroRedundancyOptimizer's broadcasts after the step, one per parameter tensor: their latencies in turn,
-    and the bytes of the rank that sends most over the bandwidth."""
-    latency, bandwidth = link
-    tensors, loads = states.tensors, states.partition
-    if backend == "gloo":
-        return tensors * (dp - 1).bit_length() * latency + binomial_sends(loads) * pb / bandwidth
-    return tensors * (dp - 1) * latency + sum(loads) * pb / bandwidth
-
-
-@lru_cache(maxsize=4096)
-def binomial_sends(loads: tuple[int, ...]) -> int:
-    """The most any of n ranks sends when each rank r broadcasts ``loads[r]`` elements over gloo's binomial tree:
-    rank r forwards every root's load once per child it has in that root's tree."""
-    n = len(loads)
-    return max(sum(load * binomial_children((r - root) % n, n) for root, load in enumerate(loads)) for r in range(n))
 
 
 def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter: tuple[int, int, int]) -> float:

@@ -45,9 +45,11 @@ allocator rounding and the tracker's own bookkeeping included (:func:`allocator_
 resident set when the measured step begins), ``rss_peak`` (its high-water mark during the step) and
 ``rss_peak_increase`` (their difference): Linux resets the high-water mark when "5" is written to
 ``/proc/self/clear_refs`` and reports it as ``VmHWM`` in ``/proc/self/status`` (kB); ``rss_reset`` says whether
-the reset worked (if not, ``rss_peak`` is the process's peak since it started). glibc returns large freed
-blocks to the system, so the resident set follows torch's CPU allocations; it also counts memory that is not
-tensors (the interpreter, libraries, gloo's buffers), which ``rss_start`` holds apart.
+the reset worked (if not, ``rss_peak`` is the process's peak since it started). Before the reset glibc's heap
+is trimmed (``malloc_trim``, :func:`trim_heap`), so that memory freed by earlier steps and kept in glibc's
+arenas does not absorb the step's allocations; the resident set then follows torch's CPU allocations (Linux
+counts it per thread in batches of 64 pages, so it is exact to a few hundred kB). It also counts memory that is
+not tensors (the interpreter, libraries, gloo's buffers), which ``rss_start`` holds apart.
 """
 from __future__ import annotations
 
@@ -287,6 +289,20 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+def trim_heap() -> bool:
+    """Return the C heap's free memory to the system (glibc's ``malloc_trim(0)``), so that the resident set holds
+    what is in use: glibc keeps freed blocks in its arenas (and, once a large block is freed, raises its mmap
+    threshold so that later ones come from the arenas too), which would hide the step's allocations from the
+    high-water mark. Whether it could (glibc only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def reset_rss_peak() -> bool:
     """Reset this process's resident-set high-water mark (``echo 5 > /proc/self/clear_refs``); whether it worked."""
     try:
@@ -308,6 +324,7 @@ def allocator_peak(step_fn, device: torch.device) -> tuple[dict, object]:
         torch.cuda.synchronize(device)
         return {"cuda_max_allocated": int(torch.cuda.max_memory_allocated(device)),
                 "cuda_max_reserved": int(torch.cuda.max_memory_reserved(device))}, out
+    trim_heap()
     reset = reset_rss_peak()
     start = _status_kib("VmRSS")
     out = step_fn()
