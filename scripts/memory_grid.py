@@ -1,7 +1,7 @@
 """The run-versus-prediction grid: memory by category and communication bytes by kind, measured against the
 cost model, for every strategy and hybrid on up to 4 ranks.
 
-    python scripts/memory_grid.py [--presets tiny,small,medium] [--full] [--out memory_grid.csv]
+    python scripts/memory_grid.py [--presets tiny,small,medium] [--full] [--out data/fresh/memory_grid.csv]
 
 Each point is ``python -m distperf run --json`` (fresh processes over gloo, one optimizer step, then the
 measurement steps of :mod:`distperf.measure.steps`) with the prediction on a hardware preset (memory and bytes do
@@ -15,8 +15,9 @@ largest |error| per strategy and category.
 
 By default it measures a subset that covers every strategy at each preset and every micro-batch size and
 recomputation mode: strategy k at preset j takes the (micro-batch, recomputation) pair (k + 3j) mod 9 and
-(k + 3j + 4) mod 9 of the 9, so every pair appears at every preset. ``--full`` measures the whole product
-(3 micro-batch sizes × 3 recomputation modes at every strategy and preset; hours on two cores).
+(k + 3j + 4) mod 9 of the 9, so every pair appears at every preset: 96 runs, about 35 minutes on two cores.
+``--full`` measures the whole product (3 micro-batch sizes × 3 recomputation modes at every strategy and preset,
+432 runs; hours on two cores).
 """
 from __future__ import annotations
 
@@ -153,12 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default="tiny,small,medium", help="model presets (default tiny,small,medium)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="strategies to measure (default all)")
     parser.add_argument("--full", action="store_true", help="every micro-batch × recomputation pair at every point")
-    parser.add_argument("--out", default="memory_grid.csv", help="the CSV of signed errors (default memory_grid.csv)")
+    parser.add_argument("--out", default=str(ROOT / "data" / "fresh" / "memory_grid.csv"),
+                        help="the CSV of signed errors (default data/fresh/memory_grid.csv, git-ignored)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600)")
     args = parser.parse_args(argv)
     chosen = set(args.strategies.split(","))
     todo = [p for p in points(args.presets.split(","), args.full) if p[1] in chosen]
     rows = []
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
