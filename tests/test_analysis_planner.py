@@ -138,10 +138,10 @@ def test_memory_flip_finds_the_largest_limit_that_makes_a_depth_first():
     # tiny on 2 devices: data parallelism first with ample memory, a 2-stage pipeline once it no longer fits
     options = dict(precision="fp32", max_micro_batch=2, recompute=("none",), gpus_per_node=2)
     dp_memory = plan(TINY, 2, V100, 8, **options)["plans"][0]["memory_bytes"]
-    step = dp_memory / 10 / GIB
-    flip = analysis.memory_flip(TINY, 2, V100, 8, 2, high_gib=1.5 * dp_memory / GIB, low_gib=0.0, step_gib=step,
-                                **options)
-    assert flip * GIB == pytest.approx(dp_memory - step * GIB)  # at dp_memory itself data parallelism still fits
+    step = 2**10 / GIB  # limits on a grid of whole KiB: exact binary fractions of a GiB, no rounding
+    high = (dp_memory // 2**10 + 4) * 2**10 / GIB
+    flip = analysis.memory_flip(TINY, 2, V100, 8, 2, high_gib=high, low_gib=0.0, step_gib=step, **options)
+    assert flip * GIB == math.ceil(dp_memory / 2**10 - 1) * 2**10  # the first limit below dp_memory: d = 2 first
     assert analysis.memory_flip(TINY, 2, V100, 8, 4, high_gib=1.0, low_gib=0.5, step_gib=0.25, **options) is None
     assert analysis.flip_text(flip, 16.0, 4.0) == f"{flip:.2f} GiB"
     assert analysis.flip_text(None, high_gib=16.0, low_gib=4.0) == "no limit between 4 and 16 GiB"

@@ -94,10 +94,11 @@ def test_replicas_inside_a_node_are_shielded_from_a_slow_network():
     node's links; the data-parallel baseline (w = N > k) all-reduces across nodes. Slowing the node
     interface 10× must therefore slow data parallelism far more than a pipeline with w ≤ k, which
     crosses nodes only with its activations (untied head: a tied one all-reduces the embedding's
-    gradient between the first and the last stage, across nodes too)."""
+    gradient between the first and the last stage, across nodes too). In the paper's convention: 16-bit
+    activations between stages (under autocast the trainers send the fp32 residual stream, twice the bytes)."""
     model = replace(presets.model("2bw-gpt-355m"), tied=False)
-    fast = plan(model, 16, V100, 256, gpus_per_node=8, node_bandwidth=NODE_25GBIT)
-    slow = plan(model, 16, V100, 256, gpus_per_node=8, node_bandwidth=NODE_25GBIT / 10)
+    fast = plan(model, 16, V100, 256, gpus_per_node=8, node_bandwidth=NODE_25GBIT, convention="paper")
+    slow = plan(model, 16, V100, 256, gpus_per_node=8, node_bandwidth=NODE_25GBIT / 10, convention="paper")
 
     def throughput(result, **match):
         return max(e["throughput"] for e in result["plans"] if all(e[k] == v for k, v in match.items()))

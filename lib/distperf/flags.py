@@ -163,6 +163,18 @@ def add_run_command_arguments(p: argparse.ArgumentParser) -> None:
     add_network_arguments(p)
 
 
+def add_convention_arguments(g) -> None:
+    """``--convention`` and ``--backend`` of the cost model (:func:`distperf.cost.predict`)."""
+    from .cost.activations import CONVENTIONS
+    from .cost.collectives import BACKENDS
+
+    g.add_argument("--convention", choices=CONVENTIONS, default="trainer",
+                   help="count what the trainers run (trainer, default) or what the papers count (paper: ZeRO's "
+                        "mixed-precision bytes, unfused attention, ZeRO-1 as reduce-scatter + all-gather)")
+    g.add_argument("--backend", choices=BACKENDS, default="nccl",
+                   help="whose collective algorithms are timed: nccl (default) or gloo")
+
+
 def add_predict_command_arguments(p: argparse.ArgumentParser) -> None:
     """Every flag of ``python -m distperf predict``."""
     from .hardware import DEFAULT, PRESETS
@@ -172,6 +184,7 @@ def add_predict_command_arguments(p: argparse.ArgumentParser) -> None:
     add_hardware_argument(g, DEFAULT, f"preset ({', '.join(PRESETS)}) or a profile file (JSON); default {DEFAULT}")
     g.add_argument("--bucket-mb", type=float, default=float(DDP_BUCKET_MB),
                    help="data-parallel gradient bucket in MiB (default 25, as torch DDP)")
+    add_convention_arguments(g)
     g.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
 

@@ -115,7 +115,8 @@ def check_inputs(model: ModelSpec, gpus: int, global_batch: int, memory_limit: f
 def plan(model: ModelSpec, gpus: int, hw: Hardware, global_batch: int, memory_limit: float | None = None,
          gpus_per_node: int | None = None, node_bandwidth: float | None = None, precision: str = "mixed",
          optimizer: str = "adam", max_micro_batch: int = 64, schedules=PLANNED_SCHEDULES, recompute=PLANNED_RECOMPUTE,
-         baselines: bool = True, layer_times: dict | None = None) -> dict:
+         baselines: bool = True, layer_times: dict | None = None, convention: str = "trainer",
+         backend: str = "nccl") -> dict:
     """Rank every candidate by predicted throughput; returns ``{"plans": [...], "rejected": [...]}``.
 
     Each plan: strategy, schedule, w, d, tp, micro_batch, recompute, accumulation (m = B/(w·b)
@@ -126,6 +127,10 @@ def plan(model: ModelSpec, gpus: int, hw: Hardware, global_batch: int, memory_li
     ``layer_times``: {micro_batch: {"layer": (forward_s, backward_s), "embedding": …, "head": …}}, profiled
     on one device, as the paper's planner profiles its blocks (§4.2); compute time then comes from them
     instead of FLOPs over the achieved rate, and a microbatch size without times is rejected.
+
+    ``convention`` and ``backend``: as for :func:`distperf.cost.predict` — what the trainers run
+    (``"trainer"``) or what the papers count (``"paper"``: ZeRO's mixed-precision bytes, unfused attention's
+    count, reduce-scatter + all-gather for ZeRO-1), and whose collective algorithms are timed.
     """
     limit = hw.memory_capacity if memory_limit is None else memory_limit
     check_inputs(model, gpus, global_batch, limit, gpus_per_node, node_bandwidth, max_micro_batch)
@@ -145,7 +150,8 @@ def plan(model: ModelSpec, gpus: int, hw: Hardware, global_batch: int, memory_li
             rejected.append({**entry, "accumulation": None, "reason": f"invalid: {e}"})
             continue
         times = None if layer_times is None else layer_times[c.micro_batch]
-        r = predict(cfg, topology(hw, gpus_per_node, node_bandwidth, c.tp, c.w), check=False, layer_times=times)
+        r = predict(cfg, topology(hw, gpus_per_node, node_bandwidth, c.tp, c.w), check=False, layer_times=times,
+                    convention=convention, backend=backend)
         entry.update(accumulation=layout.microbatches, memory_bytes=r["memory_bytes"]["total"],
                      iteration_s=r["time_s"]["iteration"], throughput=global_batch / r["time_s"]["iteration"],
                      bubble_fraction=r["bubble_fraction"])

@@ -10,10 +10,10 @@ import json
 
 from .. import presets
 from ..config import PRECISIONS, ConfigError
+from ..flags import add_convention_arguments
 from ..hardware import DEFAULT, PRESETS, hardware
 from ..planner import PLANNED_RECOMPUTE, PLANNED_SCHEDULES, plan
 from ..units import format_bytes, format_seconds, parse_size
-
 
 
 def _choices(field: str, text: str, allowed: tuple) -> tuple:
@@ -40,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedules", default=",".join(PLANNED_SCHEDULES), help=f"pipeline schedules (default {','.join(PLANNED_SCHEDULES)})")
     p.add_argument("--recompute", default=",".join(PLANNED_RECOMPUTE), help="recomputation choices (default none,full)")
     p.add_argument("--no-baselines", action="store_true", help="pipelines only (no data- or tensor-parallel baseline)")
+    add_convention_arguments(p)
     p.add_argument("--top", type=int, default=10, help="configurations shown in the table (default 10)")
     p.add_argument("--json", action="store_true", help="print plans and rejected configurations as JSON")
 
@@ -57,10 +58,11 @@ def main(args: argparse.Namespace) -> int:
                   node_bandwidth=node_bandwidth, precision=args.precision, max_micro_batch=args.max_micro_batch,
                   schedules=_choices("schedules", args.schedules, PLANNED_SCHEDULES),
                   recompute=_choices("recompute", args.recompute, ("none", "selective", "full")),
-                  baselines=not args.no_baselines)
+                  baselines=not args.no_baselines, convention=args.convention, backend=args.backend)
     inputs = {"model": model.name, "gpus": args.gpus, "gpus_per_node": args.gpus_per_node or hw.devices_per_node,
               "hardware": hw.name, "global_batch": args.global_batch, "memory_limit_bytes": limit,
-              "node_bandwidth_bytes_per_s": node_bandwidth, "precision": args.precision}
+              "node_bandwidth_bytes_per_s": node_bandwidth, "precision": args.precision,
+              "convention": args.convention, "backend": args.backend}
     if args.json:
         print(json.dumps({**result, "inputs": inputs}, indent=2))
     else:

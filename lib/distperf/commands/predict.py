@@ -19,10 +19,10 @@ def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if not args.bucket_mb > 0:
         raise ConfigError("bucket_mb", f"must be positive, got {args.bucket_mb!r}")
-    result = predict(cfg, hardware(args.hardware), bucket_bytes=args.bucket_mb * 2**20, check=False)
+    result = predict(cfg, hardware(args.hardware), bucket_bytes=args.bucket_mb * 2**20, check=False,
+                     convention=args.convention, backend=args.backend)
     print(json.dumps(result, indent=2) if args.json else table(result, cfg))
     return 0
-
 
 
 def table(r: dict, cfg) -> str:
@@ -37,6 +37,7 @@ def table(r: dict, cfg) -> str:
                   f"a={cfg.model.heads} V={cfg.model.vocab} s={cfg.model.seq})"),
         ("layout", layout),
         ("hardware", r["hardware"]),
+        ("convention", f"{r['convention']} (collectives timed as {r['backend']})"),
         ("parameters", f"{r['parameters']:,} ({r['parameters'] / 1e9:.3f} B)"),
         ("FLOPs per iteration", f"model {r['flops']['model']:.4g}, hardware {r['flops']['hardware']:.4g}"),
         (f"memory, stage {r['peak_stage']} (most loaded)", ""),

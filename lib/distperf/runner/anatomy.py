@@ -2,7 +2,7 @@
 ``memory_anatomy``, chapter "Memory anatomy of one device").
 
 :func:`points` lays out the configurations: each axis (model, micro-batch, sequence length, precision,
-recomputation) varied alone around a base, then precision × recomputation in full. :func:`measure_point` runs
+recomputation, attention implementation) varied alone around a base, then precision × recomputation and attention × recomputation in full. :func:`measure_point` runs
 the single-device reference trainer (:mod:`distperf.parallel.single`) for one warm-up and one measured step under
 :func:`distperf.measure.memory.measure_step_memory` and returns the peak bytes of each category with the model's
 shape. :func:`distperf.runner.sweep.sweep_points` runs them resumably.
@@ -12,12 +12,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-AXES = ("model", "batch", "seq", "precision", "recompute")
+AXES = ("model", "batch", "seq", "precision", "recompute", "attention")
 
 
 def points(base: dict, axes: dict) -> list[dict]:
     """Each axis of ``axes`` varied alone around ``base`` (a model other than the base's keeps its own sequence
-    length), then every precision with every recomputation; without repeats, in that order."""
+    length), then every precision with every recomputation, then every attention implementation (where ``axes``
+    has them) with every recomputation; without repeats, in that order."""
     from .. import presets
 
     seen = []
@@ -27,6 +28,8 @@ def points(base: dict, axes: dict) -> list[dict]:
             seen.append({**base, axis: v, **own_seq})
     for p, r in itertools.product(axes["precision"], axes["recompute"]):
         seen.append({**base, "precision": p, "recompute": r})
+    for a, r in itertools.product(axes.get("attention", ()), axes["recompute"]):
+        seen.append({**base, "attention": a, "recompute": r})
     return [c for i, c in enumerate(seen) if c not in seen[:i]]
 
 
@@ -42,7 +45,7 @@ def measure_point(point: dict, device: str = "cpu", scale: str = "") -> dict:
     from ..measure.memory import measure_step_memory
     from ..parallel.single import SingleDeviceTrainer
 
-    spec = replace(presets.model(point["model"]), seq=point["seq"])
+    spec = replace(presets.model(point["model"]), seq=point["seq"], attention=point.get("attention", "sdpa"))
     cfg = validate(Config(model=spec, layout=Layout(micro_batch=point["batch"], recompute=point["recompute"]),
                           training=Training(precision=point["precision"])))
     torch.manual_seed(0)
