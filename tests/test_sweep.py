@@ -251,6 +251,7 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
     path = _experiment(tmp_path, """
         name: real-faults
         timeout: 50
+        repeats: 1
         base: {model: tiny, dp: 2, steps: 3, device: cpu}
         grid:
           env.DISTPERF_FAULT: ["raise:1:1", "exit:1:1"]
@@ -261,8 +262,8 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
     table = pd.read_csv(out)
     assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "exit:1:1"]
     assert list(table["status"]) == ["failed", "failed"]
-    assert "injected fault" in table["message"][0]
-    assert table["message"][1].startswith("distperf run: error:")  # run's one line
+    assert "rank 1: RuntimeError: injected fault at step 1" in table["message"][0]
+    assert table["message"][1].startswith("the launch failed (exit status")  # a rank died: its peers lose it too
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
 
 

@@ -118,6 +118,14 @@ def pin_rank(rank: int, ranks: int, threads: int, cores: list[int] | None = None
     return {"pinned": True, "cores": mine, "reason": ""}
 
 
+def set_affinity(cores: list[int]) -> None:
+    """Let this process run on ``cores`` (back where it was before :func:`pin_rank`, say); a no-op off Linux."""
+    try:
+        os.sched_setaffinity(0, cores)
+    except (AttributeError, OSError):
+        pass
+
+
 def pin_this_rank(threads: int) -> dict:
     """Pin this rank (:func:`pin_rank`): its place among the ranks on this machine is its global RANK when our
     launcher started every rank here (``DISTPERF_RANKS_HERE``), else LOCAL_RANK of LOCAL_WORLD_SIZE (a foreign

@@ -179,22 +179,15 @@ def _predict_beside(cfg: Config, result: dict, hardware: str, allowed: list[int]
     """``run``'s prediction and errors (:func:`distperf.measure.compare.attach`), with this rank back on the cores
     it was ``allowed`` before pinning: a quick calibration may start processes of its own, which would inherit
     the pinning."""
-    from .launch import available_cores
+    from .launch import available_cores, set_affinity
     from .measure.compare import attach
 
     pinned = available_cores()
     try:
-        _set_affinity(allowed)
+        set_affinity(allowed)
         attach(cfg, result, hardware)
     finally:
-        _set_affinity(pinned)
-
-
-def _set_affinity(cores: list[int]) -> None:
-    try:
-        os.sched_setaffinity(0, cores)
-    except (AttributeError, OSError):
-        pass
+        set_affinity(pinned)
 
 
 def _write_atomic(path: str, text: str) -> None:
