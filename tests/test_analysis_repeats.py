@@ -72,3 +72,27 @@ def test_spread_summary_says_how_many_intervals_are_within_the_goal():
     per = pd.DataFrame({"ci_half_rel": [0.01, 0.04, 0.10, math.nan]})
     s = repeats.spread_summary(per, goal=0.05)
     assert s == {"configurations": 3, "median_half_rel": 0.04, "max_half_rel": 0.10, "within_goal": pytest.approx(2 / 3)}
+
+
+def test_fold_gives_one_row_per_configuration_with_the_median_over_repeats():
+    rows = [_row("a", 0, 1.0, p10=0.9, p90=1.2), _row("a", 1, 1.2, p10=1.1, p90=1.3), _row("a", 2, 1.6, p10=1.5, p90=1.7),
+            _row("b", 1, 2.0), _row("b", 0, 2.2, status="failed"),  # b's repeat 0 failed: its repeat 1 stands in
+            _row("a", 0, 3.0, machine="m2")]
+    for r in rows:
+        r.update({"memory_bytes.total": 100.0 if r["repeat"] == 0 else math.nan, "tokens_per_s": 64 / r[repeats.TIME],
+                  "error.iteration_time_s.analytical": 0.5 / r[repeats.TIME] - 1})  # predicted 0.5 s every time
+    folded = repeats.fold(pd.DataFrame(rows))
+    assert folded.config_hash.tolist() == ["a", "b", "a"] and folded.machine.tolist() == ["m1", "m1", "m2"]
+    a = folded.iloc[0]
+    assert a[repeats.TIME] == pytest.approx(1.2) and a.repeats == 3 and a["repeat"] == 0
+    assert a[repeats.P10] == pytest.approx(1.1) and a[repeats.P90] == pytest.approx(1.3)
+    assert a["memory_bytes.total"] == 100.0  # from repeat 0, which measured it
+    assert a["tokens_per_s"] == pytest.approx(64 / 1.2)
+    assert a["error.iteration_time_s.analytical"] == pytest.approx(0.5 / 1.2 - 1)
+    _, low, high = repeats.interval([1.0, 1.2, 1.6])
+    assert a["iteration_time_s.ci_low"] == pytest.approx(low) and a["iteration_time_s.ci_high"] == pytest.approx(high)
+    b = folded.iloc[1]
+    assert b["repeat"] == 1 and b.repeats == 1 and b[repeats.TIME] == 2.0 and math.isnan(b["memory_bytes.total"])
+    assert math.isnan(b["iteration_time_s.ci_half_rel"])
+    plain = pd.DataFrame(rows).drop(columns="repeat")
+    assert len(repeats.fold(plain)) == 5  # no repeats: the ok rows as they are

@@ -1,6 +1,8 @@
 """Run-to-run spread: the independent repeats of each configuration of a sweep table (:mod:`distperf.runner.sweep`,
 ``repeat`` 0 … R − 1, each repeat in fresh processes).
 
+:func:`fold` turns a table of repeats into one row per configuration, as the chapters read it (the median over the
+repeats as the configuration's iteration time; memory and communication, measured in repeat 0 only, from there).
 Per configuration (its ``config_hash`` on one machine, from one source), :func:`by_configuration` gives:
 
 - ``repeats``: the repeats that ran (status ``ok``);
@@ -28,6 +30,7 @@ import math
 import statistics
 
 TIME, P10, P90 = "iteration_time_s.median", "iteration_time_s.p10", "iteration_time_s.p90"
+ERRORS = ("error.iteration_time_s.analytical", "error.iteration_time_s.profiled")
 LEVEL = 0.95
 
 
@@ -105,6 +108,38 @@ def by_configuration(frame, level: float = LEVEL):
                     "p10_s": float(part[P10].astype(float).median()) if P10 in part else math.nan,
                     "p90_s": float(part[P90].astype(float).median()) if P90 in part else math.nan, **own})
     return pd.DataFrame(out)
+
+
+def fold(frame, level: float = LEVEL):
+    """One row per configuration of a sweep table's ``ok`` rows (a table without repeats comes back as it is): the
+    row of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median
+    over the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs,
+    ``tokens_per_s`` and the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that
+    median, and the columns of :func:`by_configuration`'s interval beside them:
+    ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
+    runs = frame[frame["status"] == "ok"] if "status" in frame else frame
+    if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
+        return runs.copy()
+    keys = _keys(runs)
+    runs = runs.assign(repeat=runs["repeat"].fillna(0))
+    per = by_configuration(runs, level).set_index(keys)
+    first = runs.sort_values("repeat", kind="stable").drop_duplicates(keys).sort_index().copy()
+    index = first.set_index(keys).index
+    median = per["median_s"].reindex(index).to_numpy()
+    own = first[TIME].astype(float).to_numpy()
+    if "tokens_per_s" in first:  # tokens per step are the same in every repeat: tokens/s scales with 1/time
+        first["tokens_per_s"] = first["tokens_per_s"].astype(float) * own / median
+    for column in ERRORS:  # (predicted − measured)/measured, against the new measurement
+        if column in first:
+            first[column] = (1 + first[column].astype(float)) * own / median - 1
+    first[TIME] = median
+    for column, name in ((P10, "p10_s"), (P90, "p90_s")):
+        if column in first:
+            first[column] = per[name].reindex(index).to_numpy()
+    first["repeats"] = per["repeats"].reindex(index).to_numpy()
+    for column, name in (("ci_low", "ci_low_s"), ("ci_high", "ci_high_s"), ("ci_half_rel", "ci_half_rel")):
+        first[f"iteration_time_s.{column}"] = per[name].reindex(index).to_numpy()
+    return first
 
 
 def spread_summary(per_configuration, goal: float = 0.05) -> dict:
