@@ -26,8 +26,9 @@ after another in the same process group: FILE holds ``{"runs": [{"config", "opti
 "hardware"}, …]}``, all of one world size. For each, every rank builds a fresh mesh and trainer and trains
 (:func:`distperf.parallel.loop.run_training`); rank 0 adds the prediction beside it (``hardware``, as
 ``run --hardware`` does: :func:`distperf.measure.compare.attach`) while the other ranks wait, and writes
-``DIR/<i>.json`` as soon as configuration ``i`` is done; then all meet before the next one starts. A rank
-that fails writes ``DIR/<i>.rank<R>.error`` and exits, which ends the launch.
+``DIR/<i>.json`` as soon as configuration ``i`` is done; with ``"handshake": true`` in FILE it then waits for
+``DIR/<i>.next`` (the sweep has written its row); then all meet before the next one starts. A rank that fails
+writes ``DIR/<i>.rank<R>.error`` and exits, which ends the launch.
 """
 from __future__ import annotations
 
@@ -139,7 +140,8 @@ def run_batch(spec_path: str, out_dir: str) -> int:
     rank = int(os.environ.get("RANK", 0))
     allowed = available_cores()
     with open(spec_path) as f:
-        runs = json.load(f)["runs"]
+        batch = json.load(f)
+    runs, handshake = batch["runs"], batch.get("handshake", False)
     where = os.path.join(out_dir, "0")
     try:
         first = [(Config.from_dict(r["config"]), RunOptions(**r["options"])) for r in runs[:1]][0]
@@ -157,6 +159,8 @@ def run_batch(spec_path: str, out_dir: str) -> int:
             if rank == 0:
                 _predict_beside(cfg, result, run.get("hardware", "auto"), allowed)
                 _write_atomic(f"{where}.json", json.dumps(result, indent=1))
+                if handshake and i + 1 < len(runs):
+                    _wait_for(f"{where}.next", opts.timeout_s)
             del result
             gc.collect()
             if distributed:  # the next configuration starts when rank 0 has written this one's result
@@ -188,6 +192,17 @@ def _predict_beside(cfg: Config, result: dict, hardware: str, allowed: list[int]
         attach(cfg, result, hardware)
     finally:
         set_affinity(pinned)
+
+
+def _wait_for(path: str, timeout_s: float) -> None:
+    """Until ``path`` exists (the sweep has written the row of a result); RuntimeError after ``timeout_s``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the sweep did not take the result within {timeout_s:g} s ({path} is missing)")
+        time.sleep(0.005)
 
 
 def _write_atomic(path: str, text: str) -> None:

@@ -7,8 +7,9 @@ a collective timeout form a *group*. A group runs as one launch, the way ``distp
 configurations need no process group): every rank runs :mod:`distperf.train` ``--batch``, which trains the
 group's configurations one after another in the same process group, each with a fresh mesh and trainer, and
 writes each result (with ``run``'s prediction beside it) as soon as it is done; the sweep turns it into a row at
-once. Each configuration has the sweep's timeout, counted from the end of the one before it (from the start of
-the launch for the first).
+once, and only then lets the ranks start the next configuration, so that nothing of the sweep's runs while a
+configuration is timed. Each configuration has the sweep's timeout, counted from the end of the one before it
+(from the start of the launch for the first).
 
 A failure ends the launch: a rank that raises or exits, a launcher that dies, or a configuration that runs past
 its timeout (its processes are then stopped, hung ones killed by their tag). That configuration's row is
@@ -131,7 +132,7 @@ def launch_once(jobs: list[Job], timeout: float) -> Iterator[tuple[Job, Outcome]
         spec_path, out_dir = os.path.join(tmp, "batch.json"), os.path.join(tmp, "out")
         os.mkdir(out_dir)
         with open(spec_path, "w") as f:
-            json.dump({"runs": [job.spec() for job in jobs]}, f)
+            json.dump({"runs": [job.spec() for job in jobs], "handshake": True}, f)
         env = {**rank_environment(world, first.device, first.cfg.env), TAG: launch_id}
         program = ["-m", "distperf.train", "--batch", spec_path, "--out-dir", out_dir]
         procs: list = []
@@ -146,9 +147,10 @@ def launch_once(jobs: list[Job], timeout: float) -> Iterator[tuple[Job, Outcome]
                 while done < len(jobs):
                     path = os.path.join(out_dir, f"{done}.json")
                     if os.path.exists(path):
-                        now = time.monotonic()
-                        yield jobs[done], _ok(jobs[done], path, now - start, launch_id, done, len(jobs))
-                        done, start = done + 1, now
+                        yield jobs[done], _ok(jobs[done], path, time.monotonic() - start, launch_id, done, len(jobs))
+                        # the row is written: let the ranks go on (nothing of ours runs while they are timed)
+                        open(os.path.join(out_dir, f"{done}.next"), "w").close()
+                        done, start = done + 1, time.monotonic()
                         continue
                     code = launch_status(procs)
                     if code != "running":
