@@ -251,6 +251,7 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
     path = _experiment(tmp_path, """
         name: real-faults
         timeout: 50
+        repeats: 1
         base: {model: tiny, dp: 2, steps: 3, device: cpu}
         grid:
           env.DISTPERF_FAULT: ["raise:1:1", "exit:1:1"]
@@ -261,8 +262,8 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
     table = pd.read_csv(out)
     assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "exit:1:1"]
     assert list(table["status"]) == ["failed", "failed"]
-    assert "injected fault" in table["message"][0]
-    assert table["message"][1].startswith("distperf run: error:")  # run's one line
+    assert "rank 1: RuntimeError: injected fault at step 1" in table["message"][0]
+    assert table["message"][1].startswith("the launch failed (exit status")  # a rank died: its peers lose it too
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
 
 
@@ -308,3 +309,40 @@ def test_an_experiment_from_a_dictionary_is_checked_like_a_file(tmp_path):
     file = tmp_path / "squares.yaml"
     file.write_text("command: predict\nbase: {model: tiny}\ngrid: {dp: [1, 2]}\n")
     assert [c.hash for c in load(file).configurations] == [c.hash for c in exp.configurations]
+
+
+# --- repeats ---------------------------------------------------------------------------------------
+
+def test_repeats_give_a_row_each_and_resume_on_their_own(tmp_path):
+    path = _experiment(tmp_path, """
+        name: rep
+        command: ["{python}", stand_in.py]
+        grid: {value: [0, 1]}
+        """)
+    out, env = tmp_path / "rep.csv", _env(tmp_path)
+    proc = _sweep(path, "--out", out, "--repeats", "2", env=env)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(out, dtype={"config_hash": str})
+    assert table["repeat"].tolist() == [0, 0, 1, 1] and table["arg.value"].tolist() == [0, 1, 0, 1]
+    assert table["config_hash"].tolist()[:2] == table["config_hash"].tolist()[2:]
+    assert table["config_hash"][0] == load(path).configurations[0].hash
+    assert sorted(int(v) for v in (tmp_path / "log.txt").read_text().split()) == [0, 0, 1, 1]
+    more = _sweep(path, "--out", out, "--repeats", "3", env=env)  # only the third repeat is new
+    assert "2 ok; 4 already done" in more.stdout and pd.read_csv(out)["repeat"].tolist() == [0, 0, 1, 1, 2, 2]
+    listed = _sweep(path, "--out", out, "--repeats", "4", "--list")
+    assert listed.stdout.count("3/4 done") == 2 and "4 repeat(s) each" in listed.stdout
+    bad = _sweep(path, "--out", out, "--repeats", "0")
+    assert bad.returncode == 2 and "repeats" in bad.stderr and bad.stderr.strip().count("\n") == 0
+
+
+def test_repeats_default_to_three_for_timed_runs_at_scale_cpu(tmp_path):
+    from distperf.runner.grid import Experiment
+
+    run = Experiment.from_dict({"name": "r", "base": {"model": "tiny"}})
+    assert run.repeats_at("cpu") == run.repeats_at("gpu") == 3 and run.repeats_at("smoke") == 1
+    assert Experiment.from_dict({"name": "p", "command": "predict"}).repeats_at("cpu") == 1
+    assert Experiment.from_dict({"name": "r", "repeats": 5}).repeats_at("smoke") == 5
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(ConfigError) as e:
+            Experiment.from_dict({"name": "r", "repeats": bad})
+        assert e.value.field == "experiment r: repeats" and "1 or more" in e.value.rule

@@ -9,6 +9,13 @@ Every process of a launch carries a tag in its environment (``NAME=tag``, inheri
 that left its process group), so :func:`tagged_processes` finds them all and :func:`stop_launchers` leaves
 none behind. ``run``, ``sweep`` and the emulated-link benchmark (:mod:`distperf.measure.link_bench`) all
 start their processes here.
+
+**Placement of the ranks.** Every rank of a launch runs on this machine (one torchrun, or one per emulated
+node). :func:`rank_environment` gives each the same number of threads, the user's ``OMP_NUM_THREADS`` when
+set, else the cores shared out (``cores // ranks``, at least one), and tells the ranks how many of them share
+the machine; each rank then pins itself (:func:`pin_rank`) to cores of its own, ``threads`` of them (at most
+``cores // ranks``), when the machine has at least as many cores as the launch has ranks. The rank's
+result records the cores and the threads, or why it was not pinned (``placement``).
 """
 from __future__ import annotations
 
@@ -24,6 +31,8 @@ import uuid
 from contextlib import nullcontext
 
 TAG = "DISTPERF_LAUNCH_TAG"
+RANKS_HERE = "DISTPERF_RANKS_HERE"  # how many ranks of the launch share this machine (set by rank_environment)
+THREADS_FROM = "DISTPERF_THREADS_FROM"  # where OMP_NUM_THREADS came from: "user" or "cores"
 
 
 class LaunchError(RuntimeError):
@@ -61,9 +70,76 @@ def kill_tagged(name: str, tag: str, wait_s: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def threads_per_rank(world_size: int) -> int:
-    """OMP threads of each CPU rank: the cores shared out (at least one)."""
-    return max(1, (os.cpu_count() or 1) // world_size)
+def available_cores() -> list[int]:
+    """The cores this process may run on (its affinity mask: a container's cpuset, taskset), in order."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def _user_threads(env) -> int | None:
+    value = str(env.get("OMP_NUM_THREADS", "")).strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def threads_per_rank(world_size: int, env: dict | None = None) -> int:
+    """OMP threads of each CPU rank: the user's ``OMP_NUM_THREADS`` (in ``env``, default this process's
+    environment) when set, else the cores shared out (at least one)."""
+    return _user_threads(os.environ if env is None else env) or max(1, len(available_cores()) // world_size)
+
+
+def rank_environment(world_size: int, device: str = "cpu", env: dict | None = None) -> dict:
+    """The environment of the ranks of a launch on this machine: this process's, then ``env``; on CPU
+    ``OMP_NUM_THREADS`` (:func:`threads_per_rank`) and where it came from; how many ranks share the machine."""
+    child = {**os.environ, **(env or {}), RANKS_HERE: str(world_size)}
+    if device != "cuda":
+        child[THREADS_FROM] = "user" if _user_threads(child) else "cores"
+        child["OMP_NUM_THREADS"] = str(threads_per_rank(world_size, child))
+    return child
+
+
+def pin_rank(rank: int, ranks: int, threads: int, cores: list[int] | None = None) -> dict:
+    """Pin this process to cores of its own: rank ``rank`` of the ``ranks`` on this machine gets the k cores
+    ``cores[rank·k : (rank+1)·k]``, k = min(threads, len(cores) // ranks), at least one; only when there are
+    at least as many cores as ranks (else two ranks would share a core whatever we do, and the scheduler may
+    as well move them). Returns the record for the result: ``pinned``, ``cores``, or ``reason``."""
+    cores = available_cores() if cores is None else cores
+    if len(cores) < ranks:
+        return {"pinned": False, "cores": cores, "reason": f"{ranks} ranks on {len(cores)} cores: not pinned"}
+    if not 0 <= rank < ranks:
+        return {"pinned": False, "cores": cores, "reason": f"rank {rank} is not one of the {ranks} on this machine"}
+    k = max(1, min(threads, len(cores) // ranks))
+    mine = cores[rank * k:(rank + 1) * k]
+    try:
+        os.sched_setaffinity(0, mine)
+    except (AttributeError, OSError) as e:
+        return {"pinned": False, "cores": cores, "reason": f"sched_setaffinity failed: {e}"}
+    return {"pinned": True, "cores": mine, "reason": ""}
+
+
+def set_affinity(cores: list[int]) -> None:
+    """Let this process run on ``cores`` (back where it was before :func:`pin_rank`, say); a no-op off Linux."""
+    try:
+        os.sched_setaffinity(0, cores)
+    except (AttributeError, OSError):
+        pass
+
+
+def pin_this_rank(threads: int) -> dict:
+    """Pin this rank (:func:`pin_rank`): its place among the ranks on this machine is its global RANK when our
+    launcher started every rank here (``DISTPERF_RANKS_HERE``), else LOCAL_RANK of LOCAL_WORLD_SIZE (a foreign
+    launcher, one per node); a process without a launcher is rank 0 of 1. Adds ``threads`` and where they came
+    from (``threads_from``: the user's OMP_NUM_THREADS, or cores // ranks) to the record."""
+    env = os.environ
+    if RANKS_HERE in env:
+        rank, ranks = int(env.get("RANK", 0)), int(env[RANKS_HERE])
+    else:
+        rank, ranks = int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", 1))
+    record = pin_rank(rank, ranks, threads)
+    source = env.get(THREADS_FROM) or ("user" if _user_threads(env) else "default")
+    return {**record, "threads": threads, "threads_from": {"user": "OMP_NUM_THREADS", "cores": "cores // ranks"}.get(
+        source, "torch's default")}
 
 
 def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", env: dict | None = None,
@@ -73,7 +149,6 @@ def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", 
     node with ``network``, a :class:`~distperf.emulation.spec.NetworkSpec`); return rank 0's result.
     Raises LaunchError on a failure or after ``timeout_s``; leaves no process behind (and no namespace:
     :func:`distperf.emulation.topology.emulated`)."""
-    from .emulation.launch import torchrun_commands
     from .emulation.topology import emulated
 
     with tempfile.TemporaryDirectory(prefix="distperf-run-") as tmp:
@@ -81,18 +156,10 @@ def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", 
         with open(spec_path, "w") as f:
             json.dump(spec, f)
         tag = uuid.uuid4().hex
-        child_env = {**os.environ, **(env or {}), TAG: tag}
-        if device != "cuda" and "OMP_NUM_THREADS" not in os.environ:
-            child_env["OMP_NUM_THREADS"] = str(threads_per_rank(world_size))
+        child_env = {**rank_environment(world_size, device, env), TAG: tag}
         program = ["-m", "distperf.train", "--spec", spec_path, "--out", out_path]
         with emulated(network) if network else nullcontext() as topo:
-            if topo is None:
-                cmds = [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                         "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.1",
-                         *program]]
-            else:
-                cmds = torchrun_commands(topo, program)
-                child_env.update(topo.env())
+            cmds = launcher_commands(world_size, program, topo, child_env)
             code, logs = run_launchers(cmds, child_env, tmp, tag, timeout_s)
         errors = rank_errors(out_path, world_size)
         if code is None:
@@ -106,32 +173,60 @@ def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", 
             return json.load(f)
 
 
+def launcher_commands(world_size: int, program: list[str], topo=None, env: dict | None = None) -> list[list[str]]:
+    """The argv of the launcher(s) that start ``program`` (``-m MODULE ARGS…``) on ``world_size`` ranks: one
+    ``torch.distributed.run --standalone``, or one per node of an emulated cluster ``topo`` (then ``env``, the
+    ranks' environment, gets the node's network settings)."""
+    if topo is None:
+        return [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                 "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.1", *program]]
+    from .emulation.launch import torchrun_commands
+
+    if env is not None:
+        env.update(topo.env())
+    return torchrun_commands(topo, program)
+
+
 def run_launchers(cmds: list[list[str]], env: dict, log_dir: str, tag: str,
-                  timeout_s: float) -> tuple[int | None, list[str]]:
+                  timeout_s: float, poll=None) -> tuple[int | None, list[str]]:
     """Start one launcher per argv (each in a session of its own, output to ``log_dir/launch<k>.log``;
-    ``env`` must carry ``TAG=tag``) and wait until all end, one fails, or ``timeout_s`` passes; then stop
-    them all (:func:`stop_launchers`). Returns (the first non-zero exit status, 0 if all succeeded, None at
-    the timeout; the logs)."""
-    logs = [os.path.join(log_dir, f"launch{k}.log") for k in range(len(cmds))]
+    ``env`` must carry ``TAG=tag``) and wait until all end, one fails, ``timeout_s`` passes, or ``poll()``
+    (called every 20 ms while they run, if given) returns False; then stop them all (:func:`stop_launchers`).
+    Returns (the first non-zero exit status, 0 if all succeeded, None at the timeout or when ``poll`` stopped
+    them; the logs)."""
     procs: list[subprocess.Popen] = []
     try:
-        for cmd, log_path in zip(cmds, logs):
-            with open(log_path, "w") as log:
-                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                              start_new_session=True))
+        logs = start_launchers(cmds, env, log_dir, procs)
         deadline = time.monotonic() + timeout_s
         while True:
-            codes = [p.poll() for p in procs]
-            failed = [c for c in codes if c not in (None, 0)]
-            if failed:
-                return failed[0], logs
-            if all(c == 0 for c in codes):
-                return 0, logs
-            if time.monotonic() > deadline:
+            code = launch_status(procs)
+            if code != "running":
+                return code, logs
+            if time.monotonic() > deadline or (poll is not None and poll() is False):
                 return None, logs
             time.sleep(0.02)
     finally:
         stop_launchers(procs, tag)
+
+
+def start_launchers(cmds: list[list[str]], env: dict, log_dir: str, procs: list) -> list[str]:
+    """Start one launcher per argv, each in a session of its own with its output in ``log_dir/launch<k>.log``,
+    appending each to ``procs`` as it starts (so that the caller can stop those started, whatever happens);
+    return the logs' paths."""
+    logs = [os.path.join(log_dir, f"launch{k}.log") for k in range(len(cmds))]
+    for cmd, log_path in zip(cmds, logs):
+        with open(log_path, "w") as log:
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+    return logs
+
+
+def launch_status(procs: list[subprocess.Popen]) -> int | str:
+    """The first non-zero exit status of the launchers, 0 when all succeeded, else ``"running"``."""
+    codes = [p.poll() for p in procs]
+    failed = [c for c in codes if c not in (None, 0)]
+    if failed:
+        return failed[0]
+    return 0 if all(c == 0 for c in codes) else "running"
 
 
 def stop_launchers(procs: list[subprocess.Popen], tag: str) -> None:

@@ -8,7 +8,9 @@ Shared by several chapters:
 - :mod:`.rows`: reading sweep tables — the rows that ran, JSON kept in CSV cells, the configuration a row
   trained and its global batch, the memory it measured, the predictions beside it;
 - :mod:`.measured_vs_predicted`: measured against predicted memory by category and iteration time, the
-  signed-error tables and ranges the prose quotes.
+  signed-error tables and ranges the prose quotes;
+- :mod:`.repeats`: the run-to-run spread of a configuration's repeats — the median over repeats and a 95 %
+  confidence interval of its iteration time, beside the spread of the steps inside a run.
 
 One module per chapter for what only that chapter computes (its tables, figures' data, crossovers, verdict):
 :mod:`.analytical_framework`, :mod:`.layer_timing`, :mod:`.calibration`, :mod:`.memory_anatomy`, :mod:`.dp_zero`,

@@ -21,8 +21,11 @@ PROFILED_ITERATION = "prediction.profiled.time_s.iteration"
 
 
 def ok(frame):
-    """The rows whose run succeeded (status ``ok``), as a new frame."""
-    return frame[frame["status"] == "ok"].copy()
+    """The rows whose run succeeded (status ``ok``), as a new frame: one per configuration, its repeats folded into
+    one (:func:`distperf.analysis.repeats.fold`: the median over the repeats; memory from repeat 0)."""
+    from .repeats import fold
+
+    return fold(frame[frame["status"] == "ok"].copy())
 
 
 def has(frame, column: str) -> bool:

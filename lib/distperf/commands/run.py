@@ -8,9 +8,11 @@ hangs ends the run with status 1 and one line naming the rank and its error, and
 launch is left behind (they all carry a tag in their environment, and whatever still runs is killed).
 
 Output: a summary, or with ``--json`` the result: ``losses`` (global mean loss of each optimizer
-step), ``iteration_time_s`` {``median``, ``p10``, ``p90``} (after ``--warmup`` steps), ``tokens_per_s``
-(global batch · seq / median step time), ``config``, and the model-state bytes each rank holds between
-steps (``model_state_bytes_at_rest``). Unless ``--no-measure``, three more optimizer steps after the
+step), ``iteration_time_s`` {``median``, ``p10``, ``p90``} (after ``--warmup`` steps; the ranks meet at a
+barrier before each step, ``barrier_before_each_step``, except under 2BW), ``tokens_per_s``
+(global batch · seq / median step time), ``config``, the model-state bytes each rank holds between
+steps (``model_state_bytes_at_rest``), and ``placement`` (the cores each rank was pinned to, or why not, and
+its threads: :func:`distperf.launch.pin_rank`). Unless ``--no-measure``, three more optimizer steps after the
 timed ones measure ``memory_bytes`` (peak bytes by category of the most loaded rank, the keys of
 ``predict`` plus temporaries, with every rank's in ``per_rank``) and ``communication`` (``bytes``,
 ``sent_bytes``, ``time_s``, ``exposed_s`` by kind; :mod:`distperf.measure.steps`, ``measured_steps``).
@@ -67,10 +69,17 @@ def main(args: argparse.Namespace) -> int:
         if needs_distributed(cfg) or network:
             result = launch({"config": cfg.to_dict(), "options": asdict(opts)}, world,
                             opts.timeout_s, opts.device, network=network)
-        else:
+        else:  # one rank, in this process: pinned as a launched rank would be, for the training only
+            from ..launch import available_cores, set_affinity
             from ..parallel.loop import run_training
+            from ..train import place_ranks
 
-            result = run_training(cfg, opts)
+            allowed = available_cores()
+            try:
+                placement = place_ranks(False)
+                result = {**run_training(cfg, opts), "placement": placement}
+            finally:
+                set_affinity(allowed)
     except (LaunchError, SetupError) as e:
         print(f"distperf run: error: {e}", file=sys.stderr)
         return 1
@@ -90,9 +99,20 @@ def summary(result: dict) -> str:
         f"schedule={lay['schedule']} zero={lay['zero']} recompute={lay['recompute']}  "
         f"world size {result['world_size']} on {result['options']['device']}",
         f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps",
-        f"step time median {it['median'] * 1e3:.1f} ms (p10 {it['p10'] * 1e3:.1f}, p90 {it['p90'] * 1e3:.1f})",
+        f"step time median {it['median'] * 1e3:.1f} ms (p10 {it['p10'] * 1e3:.1f}, p90 {it['p90'] * 1e3:.1f})"
+        + ("" if it.get("barrier_before_each_step", True) or result["world_size"] == 1
+           else "; no barrier between steps (2BW's steps overlap)"),
         f"throughput {result['tokens_per_s']:,.0f} tokens/s",
-    ] + _comparison(result))
+    ] + _placement(result.get("placement")) + _comparison(result))
+
+
+def _placement(place: dict | None) -> list[str]:
+    if not place:
+        return []
+    threads = f"{place['threads']} thread(s) per rank ({place['threads_from']})"
+    if place["pinned"]:
+        return [f"ranks pinned to cores {' '.join(','.join(map(str, c)) for c in place['cores'])}; {threads}"]
+    return [f"ranks not pinned: {place['reason']}; {threads}"]
 
 
 def _comparison(result: dict) -> list[str]:

@@ -2,7 +2,17 @@
 
 ``run_training`` draws the global batch of each step from the data source (the same on every rank),
 times each optimizer step (the slowest rank's time: ranks meet in collectives anyway), and at the end
-combines the ranks' losses into the global mean loss of each step.
+combines the ranks' losses into the global mean loss of each step. Before every step the ranks meet at a
+barrier (:func:`step_barrier`, on a gloo group of its own, so that it never mixes with the trainers'
+collectives): each timed step then starts on every rank at the same moment, and no rank's time holds
+another's lateness from the step before. Not under PipeDream-2BW (``trainer.flushes`` False): its ranks'
+steps overlap by design — with a tied embedding the last stage's update in step t waits for the first
+stage's, which that stage runs in its step t + 1 (``distperf.parallel.twobw_schedule``) — so a barrier
+between steps would deadlock; its steps are timed without one (``barrier_before_each_step`` says which).
+The first ``opts.warmup`` steps are left out of the statistics.
+
+Several configurations may run one after another in one process group (:mod:`distperf.train`'s ``--batch``):
+each builds its own mesh and trainer, and the CUDA peak-memory counter is reset at the start of each.
 
 ``model_state_bytes_at_rest`` (one entry per rank) is what each rank stores for parameters, gradients
 and optimizer moments after the last step, between steps: FSDP2 (ZeRO-2 and 3) then holds only its
@@ -81,6 +91,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+_BARRIER: list = [None, None]  # (the default process group it belongs to, the barrier's group)
+
+
+def step_barrier() -> None:
+    """Every rank waits here until all have arrived (after the previous step's device work is done). On a gloo
+    group of all ranks created once per process group: a barrier on the trainers' own groups could mix with
+    their messages (PipeDream-2BW keeps activations in flight between steps; ``distperf.parallel.twobw``)."""
+    if _BARRIER[0] is not dist.group.WORLD:
+        _BARRIER[:] = [dist.group.WORLD, dist.new_group(backend="gloo")]
+    dist.barrier(group=_BARRIER[1])
+
+
 def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dict:
     """Train ``opts.steps`` steps; return the result on every rank (collective when distributed).
 
@@ -92,16 +114,21 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         device = init_distributed(opts.device, opts.timeout_s)
     else:
         device = rank_device(opts.device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)  # an earlier configuration of this process left its peak
     torch.manual_seed(opts.seed)
     source = make_source(opts.data, cfg.model.vocab, cfg.model.seq, opts.seed)
     trainer = build_trainer(cfg, opts, device)
     batch = cfg.layout.global_batch
+    barrier = distributed and trainer.flushes
     losses, times = [], []
     for step in range(opts.steps):
         _fault(step)
         x, y = source.batch(step, batch)
         x, y = x.to(device), y.to(device)
         _sync(device)
+        if barrier:
+            step_barrier()
         t0 = time.perf_counter()
         loss = trainer.step(x, y)
         _sync(device)
@@ -138,7 +165,8 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         "torch": torch.__version__,
         "losses": global_losses,
         "iteration_time_s": {"median": median, "p10": _percentile(timed, 0.1), "p90": _percentile(timed, 0.9),
-                             "steps": step_times.tolist(), "warmup_steps_excluded": len(step_times) - len(timed)},
+                             "steps": step_times.tolist(), "warmup_steps_excluded": len(step_times) - len(timed),
+                             "barrier_before_each_step": barrier},
         "tokens_per_s": batch * cfg.model.seq / median,
         "model_state_bytes_at_rest": state_bytes,
         "peak_memory_bytes": peak,

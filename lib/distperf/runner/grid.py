@@ -6,6 +6,8 @@ description: Data-parallel scaling of the small GPT
 command: run              # a distperf command that prints JSON with --json (run, predict), or an argv list
 timeout: 300              # seconds per configuration (optional; --timeout overrides)
 scale: cpu                # where the CSV goes: data/fresh/<scale>/ (optional; --scale overrides)
+repeats: 3                # independent repeats of each configuration, each in fresh processes (optional;
+                          #   --repeats overrides; default: 3 for run at scale cpu or gpu, else 1)
 skip_invalid: false       # true: a configuration the command rejects becomes an 'invalid' row, not an error
 network: nodes=2,ranks_per_node=1,inter=200mbit   # optional: run every configuration on an emulated
                           #   cluster (run's --network, the same as base: {network: …}; needs root);
@@ -23,6 +25,9 @@ grid:                     # each key a list; the configurations are their cartes
 exclude:                  # optional: a configuration matching every key of an entry is left out
   - {dp: 1, zero: [1, 2, 3]}
 ```
+
+Repeat 0 of a configuration has the configuration's own hash (:attr:`Configuration.hash`), so a table written
+before repeats existed resumes; the repeats of a configuration share the hash and differ in their ``repeat``.
 
 Flag names may be written with dashes or underscores (``micro_batch``); ``true`` gives a bare switch,
 ``false`` leaves a switch off (``--no-NAME`` for on/off flags). For a distperf command every key and
@@ -44,8 +49,9 @@ from pathlib import Path
 
 from ..config import ConfigError
 
-TOP_KEYS = ("name", "description", "command", "timeout", "scale", "skip_invalid", "network", "base", "env", "grid",
-            "exclude")
+TOP_KEYS = ("name", "description", "command", "timeout", "scale", "repeats", "skip_invalid", "network", "base", "env",
+            "grid", "exclude")
+TIMED_REPEATS = 3  # the default repeats of a run experiment at scale cpu or gpu: run-to-run spread needs at least 3
 DISTPERF_COMMANDS = ("run", "predict")
 RESERVED_FLAGS = ("json", "help")
 Scalar = (str, int, float, bool)
@@ -94,10 +100,19 @@ class Experiment:
     skip_invalid: bool = False
     description: str = ""
     configurations: list = field(default_factory=list)
+    repeats: int | None = None  # None: the default of the scale (:meth:`repeats_at`)
 
     @property
     def varying(self) -> list[str]:
         return list(self.grid)
+
+    def repeats_at(self, scale: str | None) -> int:
+        """How many repeats of each configuration to run: the experiment's own ``repeats``, else
+        :data:`TIMED_REPEATS` for ``run`` at scale cpu or gpu (where its timings are read), else 1 (smoke,
+        ``predict`` and foreign commands, whose results do not vary from run to run)."""
+        if self.repeats is not None:
+            return self.repeats
+        return TIMED_REPEATS if self.command == ("distperf", "run") and (scale or self.scale) in ("cpu", "gpu") else 1
 
     @classmethod
     def from_dict(cls, data: dict, workdir: str | Path = ".", source: str | None = None) -> "Experiment":
@@ -229,6 +244,9 @@ def _parse(data: dict, source: str, workdir: Path) -> tuple[Experiment, dict]:
     skip_invalid = data.get("skip_invalid", False)
     if not isinstance(skip_invalid, bool):
         raise _err(source, "skip_invalid", f"must be true or false, got {skip_invalid!r}")
+    repeats = data.get("repeats")
+    if repeats is not None:
+        check_repeats(repeats, f"{source}: repeats")
 
     base, fields = {}, {}
     if data.get("network") is not None:
@@ -285,7 +303,14 @@ def _parse(data: dict, source: str, workdir: Path) -> tuple[Experiment, dict]:
     command = _command(source, workdir, data.get("command", "run"))
     return Experiment(name=name, source=source, workdir=workdir, command=command, base=base, env=env, grid=grid,
                       exclude=exclude, timeout=timeout, scale=scale, skip_invalid=skip_invalid,
-                      description=str(data.get("description", ""))), fields
+                      description=str(data.get("description", "")), repeats=repeats), fields
+
+
+def check_repeats(value, field_name: str = "repeats") -> int:
+    """``value`` if it is a whole number of repeats, 1 or more; else ConfigError naming ``field_name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(field_name, f"must be a whole number of repeats, 1 or more, got {value!r}")
+    return value
 
 
 def _validate(exp: Experiment, fields: dict) -> Experiment:

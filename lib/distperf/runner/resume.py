@@ -1,14 +1,19 @@
 """One resume mechanism for every experiment: a result table whose rows are keyed by configuration and machine.
 
-A table is a CSV with one row per configuration: ``experiment``, ``config_hash`` (a hash of the configuration),
-``status`` (``ok``, ``failed``, ``timeout``, ``oom``, ``invalid``, ``skipped``), ``message``, ``elapsed_s``, the
-configuration's and the result's columns, and provenance (:func:`distperf.results.provenance`). After every
-configuration the whole table is rewritten through :func:`distperf.results.write_csv_atomic`, so an interrupted
-experiment leaves the rows done so far and no partial file. A new run skips the configurations whose row is ``ok``
-with the same hash on the same machine (unless ``force``), and replaces the others' rows in place.
+A table is a CSV with one row per configuration and repeat: ``experiment``, ``config_hash`` (a hash of the
+configuration), ``repeat`` (0, 1, … for the independent repeats of a configuration; tables written before repeats
+existed have none, which counts as repeat 0), ``status`` (``ok``, ``failed``, ``timeout``, ``oom``, ``invalid``,
+``skipped``), ``message``, ``elapsed_s``, the configuration's and the result's columns, and provenance
+(:func:`distperf.results.provenance`). After every row the whole table is rewritten through
+:func:`distperf.results.write_csv_atomic`, so an interrupted experiment leaves the rows done so far and no partial
+file. A new run skips the (configuration, repeat) pairs whose row is ``ok`` with the same hash on the same machine
+(unless ``force``), and replaces the others' rows. Rows are kept in the order of the items (repeat by repeat, in
+grid order within one), whatever the order they were run in; rows of other items stay after them.
 
 :func:`run_all` drives it: the sweep runner (:mod:`distperf.runner.sweep`) hands it configurations that run as
 processes, a notebook hands it points measured in its own process (:func:`distperf.runner.sweep.sweep_points`).
+Items run one by one (each ``item.run()``), or all together through an ``execute`` function that yields rows as
+they are done (the sweep's launches of many configurations, :mod:`distperf.runner.batch`).
 """
 from __future__ import annotations
 
@@ -17,13 +22,13 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..results import PROVENANCE_COLUMNS, write_csv_atomic
 
-ROW_COLUMNS = ("experiment", "config_hash", "status", "message", "elapsed_s", "returncode")
+ROW_COLUMNS = ("experiment", "config_hash", "repeat", "status", "message", "elapsed_s", "returncode")
 STATUSES = ("ok", "failed", "timeout", "oom", "invalid", "skipped")
 
 
@@ -38,12 +43,17 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Item:
-    """One configuration to run: its hash, a label for the progress bar and messages, and how to run it: ``run()``
-    returns the table row (with a ``status``)."""
+    """One configuration (one repeat of it) to run: its hash, a label for the progress bar and messages, how to run
+    it (``run()`` returns the table row, with a ``status``), and which repeat it is."""
 
     hash: str
     label: str
     run: Callable[[], dict]
+    repeat: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.hash, self.repeat
 
 
 def config_hash(obj) -> str:
@@ -83,42 +93,65 @@ def write_rows(rows: list[dict], path: Path) -> None:
     write_csv_atomic(pd.DataFrame(rows, columns=front + args + rest + back), path)
 
 
-def done_hashes(rows: list[dict], machine: str) -> set[str]:
-    """The configurations already done on ``machine``: their row is ``ok``."""
-    return {str(r.get("config_hash")) for r in rows if r.get("status") == "ok" and r.get("machine", machine) == machine}
+def repeat_of(row: dict) -> int:
+    """The repeat a row holds: its ``repeat`` column, 0 where it has none (tables written before repeats)."""
+    value = row.get("repeat")
+    return 0 if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
+
+
+def row_key(row: dict) -> tuple[str, int]:
+    return str(row.get("config_hash")), repeat_of(row)
+
+
+def done_keys(rows: list[dict], machine: str) -> set[tuple[str, int]]:
+    """The (configuration hash, repeat) pairs already done on ``machine``: their row is ``ok``."""
+    return {row_key(r) for r in rows if r.get("status") == "ok" and r.get("machine", machine) == machine}
+
+
+def one_by_one(items: list[Item]) -> Iterator[dict]:
+    """Run the items in order, each on its own (``item.run()``), yielding each row."""
+    for item in items:
+        yield item.run()
 
 
 def run_all(name: str, items: Iterable[Item], out: Path, machine: str, force: bool = False,
-            progress: bool = True) -> dict:
-    """Run the items not yet done on ``machine``, writing the table after each; return counts by status of this
-    run's items, and ``done``: those already done."""
+            progress: bool = True, execute: Callable[[list[Item]], Iterator[dict]] | None = None) -> dict:
+    """Run the items not yet done on ``machine`` (through ``execute``, which yields the rows of the items it is
+    given, in any order; default :func:`one_by_one`), writing the table after each row; return counts by status of
+    this run's items, and ``done``: those already done."""
     items = list(items)
     rows = read_rows(out)
-    index = {(str(r.get("config_hash")), str(r.get("machine"))): i for i, r in enumerate(rows)}
-    done = set() if force else done_hashes(rows, machine)
-    todo = [item for item in items if item.hash not in done]
+    index = {(*row_key(r), str(r.get("machine"))): i for i, r in enumerate(rows)}
+    done = set() if force else done_keys(rows, machine)
+    todo = [item for item in items if item.key not in done]
+    labels = {item.key: item.label for item in todo}
+    position = {item.key: i for i, item in enumerate(items)}
     counts = {s: 0 for s in STATUSES}
     counts["done"] = len(items) - len(todo)
     bar = _progress(len(items), counts["done"], name, progress)
     try:
-        for item in todo:
-            bar.set_postfix_str(f"{bar.total - bar.n} left, now {item.label[:60]}")
-            row = item.run()
-            key = (str(row["config_hash"]), str(row.get("machine")))
+        for row in (execute or one_by_one)(todo):
+            key = (*row_key(row), str(row.get("machine")))
             if key in index:
                 rows[index[key]] = row
             else:
                 index[key] = len(rows)
                 rows.append(row)
-            write_rows(rows, out)
+            write_rows(_in_order(rows, position), out)
             counts[row["status"]] += 1
             if row["status"] != "ok":
-                bar.write(f"{name}: {item.label}: {row['status']}: {row['message']}")
+                bar.write(f"{name}: {labels.get(row_key(row), row_key(row))}: {row['status']}: {row['message']}")
             bar.update(1)
             bar.set_postfix_str(f"{bar.total - bar.n} left, last {row['status']}")
     finally:
         bar.close()
     return counts
+
+
+def _in_order(rows: list[dict], position: dict) -> list[dict]:
+    """The rows of the items in the items' order, then the others as they were."""
+    late = len(position)
+    return [r for _, r in sorted(enumerate(rows), key=lambda ir: (position.get(row_key(ir[1]), late), ir[0]))]
 
 
 def timestamp() -> str:

@@ -1,17 +1,25 @@
-"""Run every configuration of an experiment in a fresh process and keep one CSV row per configuration.
+"""Run every configuration of an experiment, ``repeats`` times each in fresh processes, and keep one CSV row per
+configuration and repeat.
 
-Each configuration runs as ``python -m distperf run FLAGS --json`` (or the experiment's command) in a
-session of its own, with a timeout; at the timeout the whole process group gets SIGINT (``run`` then
-stops its ranks itself), then SIGKILL, and so does every process that carries the configuration's tag
-in its environment (ranks that started sessions of their own). The child also dies if the sweep is
-killed (``PR_SET_PDEATHSIG`` on Linux).
+``distperf run`` configurations run many to a launch (:mod:`distperf.runner.batch`): the configurations of one
+repeat round that share a world size, an environment and a network train one after another in the same process
+group, and each repeat round has launches of its own, so that the repeats of a configuration are independent
+processes. Only repeat 0 measures memory and communication (byte counts, the same in every run). With
+``batch=False`` (``sweep --one-per-process``), and for any other command, each configuration runs as ``python -m
+distperf run FLAGS --json`` (or the experiment's command) in a session of its own, with a timeout; at the timeout
+the whole process group gets SIGINT (``run`` then stops its ranks itself), then SIGKILL, and so does every process
+that carries the configuration's tag in its environment (ranks that started sessions of their own). The child also
+dies if the sweep is killed (``PR_SET_PDEATHSIG`` on Linux).
 
 A row holds:
 
-- ``experiment``, ``config_hash`` (:attr:`~distperf.runner.grid.Configuration.hash`), ``status``
-  (``ok``, ``failed``, ``timeout``, ``oom``, ``invalid`` with ``skip_invalid``, or ``skipped``: a run on
-  an emulated network (``network``) without the privileges it needs, not started), ``message`` (the
-  error's last line, or why it was skipped), ``elapsed_s`` (wall time of the process), ``returncode``;
+- ``experiment``, ``config_hash`` (:attr:`~distperf.runner.grid.Configuration.hash`, the same for every repeat),
+  ``repeat`` (0 … repeats − 1), ``status`` (``ok``, ``failed``, ``timeout``, ``oom``, ``invalid`` with
+  ``skip_invalid``, or ``skipped``: a run on an emulated network (``network``) without the privileges it needs,
+  not started), ``message`` (the error's last line, or why it was skipped), ``elapsed_s`` (wall time of the
+  process, or in a launch of many the time from the end of the configuration before it), ``returncode``;
+- ``launch.id``, ``launch.position``, ``launch.configurations`` (a launch of many: which one, the configuration's
+  place in it, how many it ran);
 - the configuration: ``arg.NAME`` per flag and ``env.NAME`` per environment variable;
 - the command's JSON result flattened into **dotted** columns (``iteration_time_s.median``,
   ``config.layout.dp``); lists are kept as JSON text (``losses``); a result key that would take the
@@ -38,8 +46,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from ..config import ConfigError
 from ..launch import kill_tagged
 from ..results import PROVENANCE_COLUMNS, provenance
+from .batch import batchable, prepare, run_jobs
 from .grid import Configuration, Experiment
 from .resume import ROW_COLUMNS, Item, Outcome, config_hash, run_all, timestamp
 
@@ -115,13 +125,16 @@ def _last_error_line(text: str) -> str:
     return (lines[-1] if lines else "")[:500]
 
 
-def run_configuration(cfg: Configuration, timeout: float, cwd: Path) -> Outcome:
-    """Run one configuration in a fresh process group; never raises for the child's failures."""
+def run_configuration(cfg: Configuration, timeout: float, cwd: Path, repeat: int = 0) -> Outcome:
+    """Run one configuration in a fresh process group; never raises for the child's failures. A repeat after the
+    first of ``run`` measures no memory or communication (``--no-measure``)."""
     if cfg.command[:1] == ("distperf",):
         argv = [sys.executable, "-m", "distperf", cfg.command[1], *cfg.flags()]
         if cfg.command[1] == "run" and "timeout" not in cfg.params:
             # let run stop a hung launch itself (and say which rank hung) before we must kill it
             argv += ["--timeout", f"{max(1.0, 0.9 * timeout):g}"]
+        if cfg.command[1] == "run" and repeat > 0:
+            argv.append("--no-measure")
         argv.append("--json")
     else:
         argv = [*cfg.command, *cfg.flags()]
@@ -189,9 +202,10 @@ def device_of(exp: Experiment, device: str = "auto") -> str:
     return resolve_device(dev if dev in ("auto", "cpu", "cuda") else "auto")
 
 
-def make_row(exp: Experiment, cfg: Configuration, outcome: Outcome, prov: dict) -> dict:
-    row = {"experiment": exp.name, "config_hash": cfg.hash, "status": outcome.status, "message": outcome.message,
-           "elapsed_s": round(outcome.elapsed_s, 3), "returncode": outcome.returncode}
+def make_row(exp: Experiment, cfg: Configuration, outcome: Outcome, prov: dict, repeat: int = 0) -> dict:
+    """The table row of one repeat of a configuration (see the module docstring)."""
+    row = {"experiment": exp.name, "config_hash": cfg.hash, "repeat": repeat, "status": outcome.status,
+           "message": outcome.message, "elapsed_s": round(outcome.elapsed_s, 3), "returncode": outcome.returncode}
     row.update({f"arg.{k}": v for k, v in cfg.params.items()})
     row.update({f"env.{k}": v for k, v in cfg.env.items()})
     reserved = set(ROW_COLUMNS) | set(PROVENANCE_COLUMNS) | set(row)
@@ -204,23 +218,45 @@ def make_row(exp: Experiment, cfg: Configuration, outcome: Outcome, prov: dict) 
 
 
 def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool = False, device: str = "auto",
-          progress: bool = True) -> dict:
-    """Run the experiment's configurations not yet done, each in a fresh process; return counts by status of
-    this sweep's runs, and ``done``: those already done (:func:`distperf.runner.resume.run_all`)."""
+          progress: bool = True, repeats: int | None = None, scale: str | None = None, batch: bool = True) -> dict:
+    """Run the experiment's (configuration, repeat) pairs not yet done, ``repeats`` of each (default: the
+    experiment's, :meth:`~distperf.runner.grid.Experiment.repeats_at` ``scale``), repeat round after repeat round;
+    ``run`` configurations many to a launch unless ``batch`` is False. Return counts by status of this sweep's
+    runs, and ``done``: those already done (:func:`distperf.runner.resume.run_all`)."""
     timeout = timeout or exp.timeout or DEFAULT_TIMEOUT
     prov = provenance(device_of(exp, device))
+    rounds = repeats or exp.repeats_at(scale)
 
-    def runner(cfg: Configuration):
+    def runner(cfg: Configuration, repeat: int):
         def run() -> dict:
             if cfg.invalid:
                 outcome = Outcome("invalid", cfg.invalid[:500], 0.0, None, None)
             else:
-                outcome = network_skip(cfg) or run_configuration(cfg, timeout, exp.workdir)
-            return make_row(exp, cfg, outcome, prov)
+                outcome = network_skip(cfg) or run_configuration(cfg, timeout, exp.workdir, repeat)
+            return make_row(exp, cfg, outcome, prov, repeat)
         return run
 
-    items = [Item(cfg.hash, cfg.label(exp.varying), runner(cfg)) for cfg in exp.configurations]
-    return run_all(exp.name, items, out, prov["machine"], force, progress)
+    configurations = {cfg.hash: cfg for cfg in exp.configurations}
+
+    def execute(todo: list[Item]):
+        for repeat in sorted({item.repeat for item in todo}):
+            jobs = []
+            for item in (i for i in todo if i.repeat == repeat):
+                cfg = configurations[item.hash]
+                if not batch or not batchable(cfg) or network_skip(cfg) is not None:
+                    yield item.run()
+                    continue
+                try:
+                    jobs.append(prepare(cfg, repeat, timeout))
+                except ConfigError as e:  # what run would have said, in one line
+                    yield make_row(exp, cfg, Outcome("failed", f"distperf run: error: {e}"[:500], 0.0, 2, None),
+                                   prov, repeat)
+            for job, outcome in run_jobs(jobs, timeout):
+                yield make_row(exp, job.cfg, outcome, prov, job.repeat)
+
+    items = [Item(cfg.hash, cfg.label(exp.varying) + (f" (repeat {r})" if rounds > 1 else ""), runner(cfg, r), r)
+             for r in range(rounds) for cfg in exp.configurations]
+    return run_all(exp.name, items, out, prov["machine"], force, progress, execute)
 
 
 def sweep_points(name: str, points: list[dict], measure: Callable[[dict], dict], out: Path, device: str = "cpu",
@@ -250,14 +286,14 @@ def sweep_points(name: str, points: list[dict], measure: Callable[[dict], dict],
 
 
 def run_experiment(spec: dict, scale: str, device: str = "auto", progress: bool = True) -> dict:
-    """An experiment described as a dictionary (the keys of an experiment file, :mod:`distperf.runner.grid`),
-    checked by :meth:`~distperf.runner.grid.Experiment.from_dict` and run resumably into
+    """An experiment described as a dictionary (the keys of an experiment file, :mod:`distperf.runner.grid`, with
+    ``repeats``), checked by :meth:`~distperf.runner.grid.Experiment.from_dict` and run resumably into
     ``data/fresh/<scale>/<name>.csv``; prints the counts of :func:`sweep` and the time it took; returns the counts."""
     from ..results import fresh_dir
 
     out = fresh_dir(scale)
     exp = Experiment.from_dict({"scale": scale, **spec}, workdir=out)
     start = time.perf_counter()
-    counts = sweep(exp, out / f"{exp.name}.csv", device=device, progress=progress)
+    counts = sweep(exp, out / f"{exp.name}.csv", device=device, progress=progress, scale=scale)
     print(f"{exp.name}: {counts} in {time.perf_counter() - start:.0f} s")
     return counts

@@ -1,0 +1,153 @@
+"""Run-to-run spread: the independent repeats of each configuration of a sweep table (:mod:`distperf.runner.sweep`,
+``repeat`` 0 … R − 1, each repeat in fresh processes).
+
+:func:`fold` turns a table of repeats into one row per configuration, as the chapters read it (the median over the
+repeats as the configuration's iteration time; memory and communication, measured in repeat 0 only, from there).
+Per configuration (its ``config_hash`` on one machine, from one source), :func:`by_configuration` gives:
+
+- ``repeats``: the repeats that ran (status ``ok``);
+- ``median_s``: the median over the repeats of each run's median iteration time (``iteration_time_s.median``);
+- ``ci_low_s``, ``ci_high_s``: a 95 % confidence interval of the configuration's iteration time, and
+  ``ci_half_rel``: its half-width relative to ``median_s`` (the number a 5 % prediction goal must be read against);
+- ``p10_s``, ``p90_s``: the spread of the steps inside a run (each run's p10 and p90 of its timed steps, the median
+  over the repeats), beside the spread between runs.
+
+**Which interval, and why.** The unit of replication is a run: steps inside one run share its process, its
+placement on the cores and its neighbours on the machine, so they scatter less than runs do, and p10–p90 inside a
+run says nothing about the next run. Each run gives one number, its median step, and the interval is a Student
+*t*-interval on those R numbers: mean ± t₀.₉₇₅,R−1 · s / √R (s the sample standard deviation). With the 3 to 5
+repeats a study on two cores can afford, a bootstrap does not work: resampling 3 values gives at most 10 distinct
+means, and its percentile interval can never leave [min, max], which for 3 runs covers the median only 75 % of the
+time (1 − 2 · 0.5³), not 95 %. A distribution-free interval for the median needs at least 6 runs for 95 %. The
+t-interval is exact when the run medians are normal (a median of several steps is close to it, and the
+t-interval is robust to moderate departures) and it pays honestly for few repeats: t₀.₉₇₅,₂ = 4.30 with 3 runs,
+against 1.96 with many. Its centre is the mean of the run medians; ``median_s`` (the median of them) is the
+point estimate the chapters read, and it lies inside the interval. One repeat gives no interval (NaN).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+TIME, P10, P90 = "iteration_time_s.median", "iteration_time_s.p10", "iteration_time_s.p90"
+ERRORS = ("error.iteration_time_s.analytical", "error.iteration_time_s.profiled")
+LEVEL = 0.95
+
+
+def t_coverage(t: float, df: int) -> float:
+    """P(|T| ≤ t) for Student's t with ``df`` (a positive integer) degrees of freedom, in closed form
+    (Abramowitz & Stegun 26.7.3–4, with θ = atan(t/√df)): odd df, (2/π)(θ + sin θ (cos θ + (2/3) cos³θ + …
+    + (2·4···(df−3))/(1·3···(df−2)) cos^(df−2) θ)); even df, sin θ (1 + (1/2) cos²θ + (1·3)/(2·4) cos⁴θ + …
+    + (1·3···(df−3))/(2·4···(df−2)) cos^(df−2) θ)."""
+    if df < 1 or int(df) != df:
+        raise ValueError(f"degrees of freedom must be a positive integer, got {df!r}")
+    theta = math.atan(t / math.sqrt(df))
+    s, c = math.sin(theta), math.cos(theta)
+    if df % 2:
+        term, total = c, c if df > 1 else 0.0
+        for k in range(3, df - 1, 2):  # the factors 2/3, 4/5, …
+            term *= (k - 1) / k * c * c
+            total += term
+        return 2 / math.pi * (theta + s * total)
+    term = total = 1.0
+    for k in range(2, df, 2):  # the factors 1/2, 3/4, …
+        term *= (k - 1) / k * c * c
+        total += term
+    return s * total
+
+
+def t_quantile(df: int, level: float = LEVEL) -> float:
+    """The two-sided critical value t with P(|T| ≤ t) = ``level`` for ``df`` degrees of freedom (bisection on
+    :func:`t_coverage`; 4.303 for df = 2 at 95 %)."""
+    lo, hi = 0.0, 1.0
+    while t_coverage(hi, df) < level:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_coverage(mid, df) < level else (lo, mid)
+    return (lo + hi) / 2
+
+
+def interval(values, level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, low, high): the t-interval of the mean of ``values`` (see the module docstring); low and high NaN for
+    fewer than two values."""
+    xs = [float(v) for v in values]
+    if not xs:
+        return math.nan, math.nan, math.nan
+    mean = statistics.fmean(xs)
+    if len(xs) < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(len(xs) - 1, level) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return mean, mean - half, mean + half
+
+
+def _keys(frame) -> list[str]:
+    return [k for k in ("experiment", "machine", "source", "config_hash") if k in frame]
+
+
+def by_configuration(frame, level: float = LEVEL):
+    """One row per configuration (``experiment``, ``machine``, ``source`` where the table has them, and
+    ``config_hash``) with its ``ok`` repeats: ``repeats``, ``median_s``, ``mean_s``, ``ci_low_s``, ``ci_high_s``,
+    ``ci_half_rel``, ``p10_s``, ``p90_s`` (module docstring), and the configuration's own columns (``arg.*``,
+    ``env.*``, ``config.*``) from its first repeat. A table without a ``repeat`` column is one repeat each."""
+    import pandas as pd
+
+    runs = frame[frame["status"] == "ok"] if "status" in frame else frame
+    keys = _keys(runs)
+    out = []
+    for key, part in runs.groupby(keys, sort=False, dropna=False):
+        if "repeat" in part:
+            part = part.assign(repeat=part["repeat"].fillna(0)).sort_values("repeat")
+        times = part[TIME].astype(float).dropna()
+        mean, low, high = interval(times, level)
+        median = float(times.median()) if len(times) else math.nan
+        own = {c: part.iloc[0][c] for c in part.columns if c.startswith(("arg.", "env.", "config."))}
+        out.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "repeats": len(times),
+                    "median_s": median, "mean_s": mean, "ci_low_s": low, "ci_high_s": high,
+                    "ci_half_rel": (high - low) / 2 / median if len(times) > 1 and median else math.nan,
+                    "p10_s": float(part[P10].astype(float).median()) if P10 in part else math.nan,
+                    "p90_s": float(part[P90].astype(float).median()) if P90 in part else math.nan, **own})
+    return pd.DataFrame(out)
+
+
+def fold(frame, level: float = LEVEL):
+    """One row per configuration of a sweep table's ``ok`` rows (a table without repeats comes back as it is): the
+    row of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median
+    over the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs,
+    ``tokens_per_s`` and the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that
+    median, and the columns of :func:`by_configuration`'s interval beside them:
+    ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
+    runs = frame[frame["status"] == "ok"] if "status" in frame else frame
+    if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
+        return runs.copy()
+    keys = _keys(runs)
+    runs = runs.assign(repeat=runs["repeat"].fillna(0))
+    per = by_configuration(runs, level).set_index(keys)
+    first = runs.sort_values("repeat", kind="stable").drop_duplicates(keys).sort_index().copy()
+    index = first.set_index(keys).index
+    median = per["median_s"].reindex(index).to_numpy()
+    own = first[TIME].astype(float).to_numpy()
+    if "tokens_per_s" in first:  # tokens per step are the same in every repeat: tokens/s scales with 1/time
+        first["tokens_per_s"] = first["tokens_per_s"].astype(float) * own / median
+    for column in ERRORS:  # (predicted − measured)/measured, against the new measurement
+        if column in first:
+            first[column] = (1 + first[column].astype(float)) * own / median - 1
+    first[TIME] = median
+    for column, name in ((P10, "p10_s"), (P90, "p90_s")):
+        if column in first:
+            first[column] = per[name].reindex(index).to_numpy()
+    first["repeats"] = per["repeats"].reindex(index).to_numpy()
+    for column, name in (("ci_low", "ci_low_s"), ("ci_high", "ci_high_s"), ("ci_half_rel", "ci_half_rel")):
+        first[f"iteration_time_s.{column}"] = per[name].reindex(index).to_numpy()
+    return first
+
+
+def spread_summary(per_configuration, goal: float = 0.05) -> dict:
+    """How tight the intervals of :func:`by_configuration` are: ``configurations`` with an interval (two repeats or
+    more), the median and largest ``ci_half_rel``, and ``within_goal``, the share whose half-width is at most
+    ``goal`` of the median (a prediction can be told right within ``goal`` only where that holds)."""
+    rel = per_configuration["ci_half_rel"].dropna() if len(per_configuration) else []
+    if not len(rel):
+        return {"configurations": 0, "median_half_rel": math.nan, "max_half_rel": math.nan, "within_goal": math.nan}
+    return {"configurations": int(len(rel)), "median_half_rel": float(rel.median()), "max_half_rel": float(rel.max()),
+            "within_goal": float((rel <= goal).mean())}
