@@ -102,7 +102,8 @@ def test_the_base_and_its_axes():
     rows = grid()
     base = anatomy.base_of(rows)
     assert base == dict(model="small", batch=2, seq=64, precision="fp32", recompute="none", attention="sdpa")
-    assert anatomy.base_description(base) == "model small, micro-batch 2, sequence 64, fp32, recomputation none, sdpa attention"
+    assert anatomy.base_description(base) == ("model small, micro-batch 2, sequence 64, fp32, recomputation none, "
+                                              "sdpa attention")
     assert anatomy.axis("batch", rows).batch.tolist() == [1, 2, 4]
     assert anatomy.axis("seq", rows).seq.tolist() == [32, 64, 128]
     assert sorted(anatomy.axis("model", rows).model) == ["small", "tiny"]  # tiny at its own sequence, 16
@@ -167,8 +168,8 @@ def test_the_reason_and_the_finding_quote_the_data():
     assert anatomy.reason(rows) == ("the largest model-state error is 0.00% (tolerance 0.5%), the largest activation "
                                     "error -1.20% (small, b = 2, s = 32, fp32, none, sdpa) (tolerance 2%)")
     assert anatomy.finding(rows) == ("Korthikanti's published count, on the fp32 rows without recomputation, misses "
-                                     "the unfused (`math`) attention by -0.1% to -0.1% and the fused (`sdpa`) attention "
-                                     "the trainers use by default by +2.0% to +20.0%.")
+                                     "the unfused (`math`) attention by -0.1% to -0.1% and the fused (`sdpa`) "
+                                     "attention the trainers use by default by +2.0% to +20.0%.")
 
 
 def test_the_activation_figure_draws_four_axes():

@@ -141,6 +141,7 @@ def test_without_privileges_a_sweep_writes_skipped_rows_with_the_reason(tmp_path
     exp = tmp_path / "net.yaml"
     exp.write_text(textwrap.dedent("""
         command: run
+        repeats: 1
         base: {model: tiny, device: cpu, steps: 2, no-measure: true, hardware: none}
         grid: {dp: [2]}
     """) + (f"network: {network}\n" if where == "experiment file" else ""))

@@ -209,6 +209,33 @@ def run_launchers(cmds: list[list[str]], env: dict, log_dir: str, tag: str,
         stop_launchers(procs, tag)
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _child_setup(die_with_parent: bool) -> None:
+    """In the child, before exec: take the stop signals again (:func:`spawn` held them off) and, if asked, get
+    SIGKILL when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    if die_with_parent:
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+
+
+def spawn(argv: list[str], die_with_parent: bool = False, **popen) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **popen)`` with SIGINT and SIGTERM held off while it forks: a stop handler that
+    raises KeyboardInterrupt inside fork's own handlers has its exception ignored by Python, and the caller would
+    then wait on a child nobody stops. A signal that arrives meanwhile is delivered as soon as the child exists."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return subprocess.Popen(argv, preexec_fn=lambda: _child_setup(die_with_parent), **popen)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def start_launchers(cmds: list[list[str]], env: dict, log_dir: str, procs: list) -> list[str]:
     """Start one launcher per argv, each in a session of its own with its output in ``log_dir/launch<k>.log``,
     appending each to ``procs`` as it starts (so that the caller can stop those started, whatever happens);
@@ -216,7 +243,7 @@ def start_launchers(cmds: list[list[str]], env: dict, log_dir: str, procs: list)
     logs = [os.path.join(log_dir, f"launch{k}.log") for k in range(len(cmds))]
     for cmd, log_path in zip(cmds, logs):
         with open(log_path, "w") as log:
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            procs.append(spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
     return logs
 
 

@@ -33,7 +33,6 @@ with the same rows, resume and provenance.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -47,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import ConfigError
-from ..launch import kill_tagged
+from ..launch import kill_tagged, spawn
 from ..results import PROVENANCE_COLUMNS, provenance
 from .batch import batchable, prepare, run_jobs
 from .grid import Configuration, Experiment
@@ -71,14 +70,6 @@ def flatten(obj: dict, prefix: str = "") -> dict:
         else:
             out[name] = value
     return out
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the sweep dies (Linux prctl PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -142,8 +133,8 @@ def run_configuration(cfg: Configuration, timeout: float, cwd: Path, repeat: int
     env = {**os.environ, **cfg.env, TAG: tag}
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True,
-                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        proc = spawn(argv, die_with_parent=sys.platform.startswith("linux"), stdout=out, stderr=err, env=env, cwd=cwd,
+                     start_new_session=True)
         timed_out = False
         try:
             proc.wait(timeout=timeout)
