@@ -31,7 +31,7 @@ def timed(bucket_mb, measured, p10=None, p90=None, predicted=0.01, **values):
                  "predicted_exposed_s": predicted / 4, "profiled_s": float("nan"), "config.layout.dp": 2}, **values)
 
 
-def memory_table(errors=None, zero3=True, grads_measured=None):
+def memory_table(errors=None, zero3=True):
     """A memory-by-category table of DDP and (optionally) ZeRO-2 and ZeRO-3, with chosen model-state errors."""
     labels = ["1 rank", "dp 2, ZeRO 0"] + (["dp 2, ZeRO 2", "dp 2, ZeRO 3"] if zero3 else [])
     states = {"1 rank": 400, "dp 2, ZeRO 0": 400, "dp 2, ZeRO 2": 300, "dp 2, ZeRO 3": 100}
@@ -39,10 +39,6 @@ def memory_table(errors=None, zero3=True, grads_measured=None):
     for label in labels:
         for category, share in (("parameters", 0.25), ("gradients", 0.25), ("optimizer states", 0.5)):
             measured = states[label] * share
-            if grads_measured and category == "gradients" and "ZeRO 2" in label:
-                measured = grads_measured[0]
-            if grads_measured and category == "gradients" and "ZeRO 3" in label:
-                measured = grads_measured[1]
             rows.append(dict(label=label, category=category, measured=measured, predicted=states[label] * share))
         rows.append(dict(label=label, category="activations", measured=50, predicted=80))
     memory = pd.DataFrame(rows)
@@ -87,14 +83,8 @@ def test_zero3_share_of_ddps_model_states():
     assert dp.share_text(None) == "n/a"
 
 
-def test_whether_the_predicted_gradients_bound_fsdps():
-    assert dp.gradient_bound(memory_table(grads_measured=(75, 25))).startswith("the framework's shard")
-    assert dp.gradient_bound(memory_table(grads_measured=(75, 30))).startswith("FSDP2 held more")
-    assert dp.gradient_bound(memory_table(zero3=False)) == "no ZeRO-2/3 run"
-
-
 def test_the_worst_model_state_above_half_a_percent():
-    assert dp.worst_state(memory_table(grads_measured=(75, 25))) == "none above 0.5 %"
+    assert dp.worst_state(memory_table()) == "none above 0.5 %"
     worst = memory_table(errors={("dp 2, ZeRO 3", "parameters"): -0.04, ("dp 2, ZeRO 2", "gradients"): 0.02})
     assert dp.worst_state(worst) == "-4% (parameters, dp 2, ZeRO 3)"
     assert dp.worst_state(memory_table(errors={("1 rank", "gradients"): 0.004})) == "none above 0.5 %"

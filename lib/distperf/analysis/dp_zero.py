@@ -4,7 +4,7 @@ data-parallel ranks with ZeRO stages 0–3 (``dp_zero``), two-rank DDP at severa
 
 - :func:`sweep_runs`, :func:`with_predictions`, :func:`labelled`, :func:`model_line`: the runs, their
   predictions and labels;
-- :func:`zero3_share`, :func:`share_text`, :func:`gradient_bound`, :func:`worst_state`: memory per rank;
+- :func:`zero3_share`, :func:`share_text`, :func:`worst_state`: memory per rank;
 - :func:`by_bucket`, :func:`bucket_effect`, :func:`shape_sentence`, :func:`exposed_sentence`,
   :func:`draw_bucket_times`, :func:`draw_bucket_communication`: the bucket sweep;
 - :func:`error_rows`, :func:`profiled_errors`, :func:`exposed_errors`, :func:`volume_errors`: the signed errors;
@@ -68,17 +68,6 @@ def zero3_share(memory) -> float | None:
 def share_text(share: float | None) -> str:
     """A share as a whole percentage, 'n/a' where there is none."""
     return "n/a" if share is None else f"{share:.0%}"
-
-
-def gradient_bound(memory) -> str:
-    """Whether the predicted gradients of the ZeRO-2/3 runs (the shard plus one unsharded unit) bound the
-    measured ones from above, in words."""
-    fsdp = memory[memory.label.str.contains("ZeRO [23]") & (memory.category == "gradients")]
-    if not len(fsdp):
-        return "no ZeRO-2/3 run"
-    if (fsdp.predicted >= fsdp.measured).all():
-        return "the framework's shard plus one unsharded unit bounds what FSDP2 held from above"
-    return "FSDP2 held more than the framework's shard plus one unsharded unit"
 
 
 def worst_state(memory) -> str:
