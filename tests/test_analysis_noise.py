@@ -56,11 +56,24 @@ def test_the_floor_per_strategy_and_the_goal():
     assert dp["within a run"] == pytest.approx(0.1)
     assert dp["largest half-width"] == pytest.approx(4.302653 * 0.4 / math.sqrt(3) / 2.0, rel=1e-5)
     assert not noise.within_goal(table)
-    assert noise.summary(table).startswith("1 of 2 strategies have a median half-width above 2%: data parallel (")
+    sd = noise.run_to_run_sd(dp["median half-width"], 3)
+    assert dp["run-to-run sd"] == pytest.approx(sd) and sd == pytest.approx(dp["median half-width"] * 3**0.5 / 4.302653)
+    needed = dp["repeats for the goal"]
+    half = [noise.t_quantile(r - 1) * sd / r**0.5 for r in (needed - 1, needed)]
+    assert half[1] <= 0.02 < half[0]  # the fewest repeats that reach the goal
+    text = noise.summary(table)
+    assert text.startswith("1 of 2 strategies have a median half-width above 2%: data parallel (")
+    assert text.endswith(f"takes {needed} to {needed} repeats per configuration instead of 3")
     tight = table[table.strategy == "pipeline (1f1b)"]
     assert noise.within_goal(tight) and noise.within_goal(tight, goal=0.01) is False
     assert noise.summary(tight).startswith("every strategy's median half-width is within 2% (the widest, pipeline")
     assert "%" in noise.styled_floor(table).to_html()
+
+
+def test_repeats_needed_for_a_spread():
+    assert noise.repeats_needed(0.0) == 2
+    assert noise.repeats_needed(0.03) == 12  # t(0.975, 10) · 3 % / √11 = 2.015 %, t(0.975, 11) · 3 % / √12 = 1.91 %
+    assert noise.repeats_needed(5.0, most=50) is None
 
 
 def test_no_interval_at_all():

@@ -15,9 +15,11 @@ out) and grouped by strategy (:func:`strategy`).
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-from .repeats import by_configuration
+from .repeats import by_configuration, t_quantile
 
 EXPERIMENTS = ("dp_zero", "dp_bucket", "tensor_parallel", "pipeline_schedules", "pp_vs_dp", "partitioning",
                "planner")
@@ -60,27 +62,47 @@ def intervals(tables: dict) -> pd.DataFrame:
         columns=["experiment", "strategy", "repeats", "median_s", "ci_half_rel"])
 
 
+def run_to_run_sd(half_rel: float, repeats: int) -> float:
+    """The relative standard deviation of a run's median that a relative 95 % half-width over ``repeats`` runs
+    implies: half · √R / t₀.₉₇₅,R−1."""
+    return half_rel * math.sqrt(repeats) / t_quantile(repeats - 1)
+
+
+def repeats_needed(sd_rel: float, goal: float = GOAL, most: int = 1000) -> int | None:
+    """The fewest repeats R ≥ 2 whose 95 % half-width, t₀.₉₇₅,R−1 · sd / √R, is at most ``goal`` for runs that
+    scatter by ``sd_rel``; None beyond ``most``."""
+    for r in range(2, most + 1):
+        if t_quantile(r - 1) * sd_rel / math.sqrt(r) <= goal:
+            return r
+    return None
+
+
 def floor(per: pd.DataFrame, goal: float = GOAL) -> pd.DataFrame:
     """Per strategy (configurations with an interval only, two repeats or more): ``configurations``,
     ``repeats`` (the fewest), ``median half-width`` and ``largest half-width`` (relative to the median),
-    ``within goal`` (the share at most ``goal``) and, for comparison, ``within a run``: the median over the
-    configurations of half the p10–p90 spread of a run's own steps, relative to its median; sorted by the largest
-    half-width."""
+    ``within goal`` (the share at most ``goal``); for comparison, ``within a run``: the median over the
+    configurations of half the p10–p90 spread of a run's own steps, relative to its median; ``run-to-run sd``, the
+    median relative standard deviation of a run's median that the half-widths imply (:func:`run_to_run_sd`), and
+    ``repeats for the goal`` at that spread (:func:`repeats_needed`); sorted by the largest half-width."""
     with_interval = per.dropna(subset=["ci_half_rel"])
     rows = [{"strategy": name, "configurations": len(part), "repeats": int(part.repeats.min()),
              "median half-width": part.ci_half_rel.median(), "largest half-width": part.ci_half_rel.max(),
              "within goal": (part.ci_half_rel <= goal).mean(),
-             "within a run": ((part.p90_s - part.p10_s) / 2 / part.median_s).median()}
-            for name, part in with_interval.groupby("strategy", sort=True)]
+             "within a run": ((part.p90_s - part.p10_s) / 2 / part.median_s).median(),
+             "run-to-run sd": sd, "repeats for the goal": repeats_needed(sd, goal)}
+            for name, part in with_interval.groupby("strategy", sort=True)
+            for sd in [pd.Series([run_to_run_sd(h, int(r)) for h, r in zip(part.ci_half_rel, part.repeats)]).median()]]
     table = pd.DataFrame(rows, columns=["strategy", "configurations", "repeats", "median half-width",
-                                        "largest half-width", "within goal", "within a run"])
+                                        "largest half-width", "within goal", "within a run", "run-to-run sd",
+                                        "repeats for the goal"])
     return table.sort_values("largest half-width", ascending=False, ignore_index=True)
 
 
 def styled_floor(table):
     """:func:`floor` with percentages."""
     return table.style.format({"median half-width": "{:.1%}", "largest half-width": "{:.1%}",
-                               "within goal": "{:.0%}", "within a run": "{:.1%}"}).hide(axis="index")
+                               "within goal": "{:.0%}", "within a run": "{:.1%}", "run-to-run sd": "{:.1%}",
+                               "repeats for the goal": "{:.0f}"}, na_rep="more than 1000").hide(axis="index")
 
 
 def within_goal(table, goal: float = GOAL) -> bool | None:
@@ -102,4 +124,9 @@ def summary(table, goal: float = GOAL) -> str:
                 f"configuration)")
     over = table[table["median half-width"] > goal]
     listed = ", ".join(f"{r['strategy']} ({r['median half-width']:.1%})" for _, r in over.iterrows())
-    return f"{len(over)} of {len(table)} strategies have a median half-width above {goal:.0%}: {listed}"
+    needed = pd.to_numeric(over["repeats for the goal"], errors="coerce")
+    most = f"{needed.max():.0f}" if needed.notna().all() else "more than 1000"
+    return (f"{len(over)} of {len(table)} strategies have a median half-width above {goal:.0%}: {listed}. Runs of "
+            f"one configuration scatter by a median {over['run-to-run sd'].median():.1%} (relative standard "
+            f"deviation); at each strategy's spread a {goal:.0%} half-width takes {needed.min():.0f} to {most} "
+            f"repeats per configuration instead of {int(over.repeats.min())}")
