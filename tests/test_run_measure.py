@@ -20,6 +20,7 @@ from distperf import cli, presets
 from distperf.commands import run as run_command
 from distperf.config import Config, Layout, Training, validate
 from distperf.cost import predict
+from distperf.measure.breakdown import CLASSES
 
 STATES = ("parameters", "gradients", "optimizer_states")
 KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
@@ -116,6 +117,10 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(tm
     for section in ("bytes", "time_s", "exposed_s"):
         assert set(KINDS) | {"total"} <= set(r["communication"][section])
     assert r["communication"]["bytes"]["data_parallel"] > 0 and r["communication"]["bytes"]["tensor_parallel"] == 0
+    split = r["time_breakdown_s"]  # where the slowest rank's breakdown step went, every class, both ranks
+    assert r["measured_steps"]["breakdown"] == 1 and split["rank"] in (0, 1)
+    assert sum(split[c] for c in CLASSES) == pytest.approx(split["window"]) and split["matrix_products"] > 0
+    assert split["communication"] > 0 and all(len(split["per_rank"][c]) == 2 for c in CLASSES)
 
     # the prediction is the cost model's for this configuration on the given profile
     pred = r["prediction"]

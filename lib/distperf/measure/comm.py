@@ -55,6 +55,7 @@ from torch.utils._pytree import tree_flatten
 from ..config import COMMUNICATION_KINDS as KINDS
 from ..cost.collectives import gloo_sent_bytes
 from ..cost.collectives import sent_bytes as ring_sent_bytes
+from .intervals import length, subtract, union
 
 MESH_ROLES = {"dp": "data_parallel", "tp": "tensor_parallel", "pp": "pipeline_parallel"}
 UNATTRIBUTED = "unattributed"
@@ -187,38 +188,9 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def _union(intervals) -> list[tuple[float, float]]:
-    out = []
-    for a, b in sorted(i for i in intervals if i[1] > i[0]):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _length(intervals) -> float:
-    return sum(b - a for a, b in intervals)
-
-
-def _subtract(intervals, minus) -> list[tuple[float, float]]:
-    """Parts of the (disjoint, sorted) ``intervals`` not covered by the (disjoint, sorted) ``minus``."""
-    out, j = [], 0
-    for a, b in intervals:
-        while j < len(minus) and minus[j][1] <= a:
-            j += 1
-        k, cur = j, a
-        while k < len(minus) and minus[k][0] < b:
-            if minus[k][0] > cur:
-                out.append((cur, minus[k][0]))
-            cur = max(cur, minus[k][1])
-            k += 1
-        if cur < b:
-            out.append((cur, b))
-    return out
-
-
-def _event_collective(name: str) -> str | None:
+def event_collective(name: str) -> str | None:
+    """The collective a profiler event runs on the backend's own lane (gloo's worker threads, NCCL's kernels), or
+    None."""
     if name.startswith("gloo:"):
         return name[5:].replace("_", "-")
     if "nccl" in name.lower():
@@ -375,7 +347,7 @@ class CommTracker:
                 if e.thread == main:
                     blocked.append(span)
                 continue
-            coll = _event_collective(e.name)
+            coll = event_collective(e.name)
             if coll is not None and (e.device_type == device or e.name.startswith("gloo:")):
                 lane = ("cuda", e.device_index, e.device_resource_id) if e.device_type == device else ("cpu", e.thread)
                 comm_events.append((span[0], span[1], lane, coll, _event_numel(e)))
@@ -415,7 +387,7 @@ class CommTracker:
 
         # an operator that waits for a collective (an AsyncCollectiveTensor's first use) does not
         # compute while it waits: collective operators, calls and waits are taken out of compute
-        self._compute = _subtract(_union(compute), _union(blocked)) if not on_device else _union(compute)
+        self._compute = subtract(union(compute), union(blocked)) if not on_device else union(compute)
         self._intervals: dict[str, list] = {}
         for c in self.calls:
             spans = [c.event] if c.event else []
@@ -461,13 +433,13 @@ class CommTracker:
             agg["time_s"] += t
         exposed = {}
         for kind in kinds + ([UNATTRIBUTED] if self._intervals.get(UNATTRIBUTED) else []):
-            exposed[kind] = _length(_subtract(_union(self._intervals.get(kind, [])), self._compute)) / 1e6
-        every = _union([i for spans in self._intervals.values() for i in spans])
-        exposed["total"] = _length(_subtract(every, self._compute)) / 1e6
+            exposed[kind] = length(subtract(union(self._intervals.get(kind, [])), self._compute)) / 1e6
+        every = union([i for spans in self._intervals.values() for i in spans])
+        exposed["total"] = length(subtract(every, self._compute)) / 1e6
         out["exposed_s"] = exposed
         if self.unmatched:
             out["time_s"][UNATTRIBUTED] = sum(b - a for a, b, _, _ in self.unmatched) / 1e6
-        out["compute_s"] = _length(self._compute) / 1e6
+        out["compute_s"] = length(self._compute) / 1e6
         out["window_s"] = self._window_us / 1e6
         out["unmatched_events"] = len(self.unmatched)
         for section in ("bytes", "sent_bytes", "wire_bytes", "time_s", "calls", "exposed_s", "compute_s", "window_s"):

@@ -3,9 +3,10 @@ loaded rank.
 
 Both trackers slow a step down (a dispatch mode sees every operator, the profiler records them), so
 they run on optimizer steps of their own, after the timed steps: one memory warm-up step (it
-recognises DDP's bucket-view gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory`)
-and one communication step (:class:`~distperf.measure.comm.CommTracker`), each one ``trainer.step``
-followed by ``trainer.finish()``. PipeDream-2BW keeps microbatches in flight from one step to the next
+recognises DDP's bucket-view gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory`),
+one communication step (:class:`~distperf.measure.comm.CommTracker`) and, on CPU, one step whose time is broken
+down by class (:class:`~distperf.measure.breakdown.StepBreakdown`: the profiler alone, no dispatch mode), each one
+``trainer.step`` followed by ``trainer.finish()``. PipeDream-2BW keeps microbatches in flight from one step to the next
 (``trainer.flushes`` is False); ``finish()`` drains it, so that everything a measured step holds or
 sends is created and completed inside the measured region. Its memory step holds as many microbatches
 in flight as its steady state does, and sends the bytes of one batch; but its exposed waiting time
@@ -27,6 +28,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from .breakdown import CLASSES, StepBreakdown
 from .comm import KINDS, CommTracker
 from .memory import measure_step_memory
 
@@ -34,13 +36,13 @@ MEMORY_KEYS = ("parameters", "gradients", "optimizer_states", "activations", "te
 STATE_KEYS = ("parameters", "gradients", "optimizer_states")
 COMM_SECTIONS = ("bytes", "sent_bytes", "wire_bytes", "time_s", "exposed_s", "calls")
 ALLOCATOR_KEYS = ("rss_start", "rss_peak", "rss_peak_increase", "rss_reset", "cuda_max_allocated", "cuda_max_reserved")
-MEMORY_WARMUP, MEMORY_STEPS, COMM_STEPS = 1, 1, 1
+MEMORY_WARMUP, MEMORY_STEPS, COMM_STEPS, BREAKDOWN_STEPS = 1, 1, 1, 1
 
 
 def measured_steps(flushes: bool = True) -> dict:
     """What the measurement steps were (for the result JSON)."""
     return {"after_timed_steps": True, "memory_warmup": MEMORY_WARMUP, "memory": MEMORY_STEPS,
-            "communication": COMM_STEPS, "each": "one optimizer step, then finish()",
+            "communication": COMM_STEPS, "breakdown": BREAKDOWN_STEPS, "each": "one optimizer step, then finish()",
             "drained": not flushes}  # PipeDream-2BW: fill and drain inside each measured step
 
 
@@ -72,9 +74,17 @@ def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.
                 "time_s": dict.fromkeys(KINDS, 0.0),
                 "calls": dict(zeros), "by_collective": {}, "exposed_s": {**dict.fromkeys(KINDS, 0.0), "total": 0.0},
                 "unmatched_events": 0}
+    breakdown = None
+    if trainer.device.type == "cpu":  # where the time goes (distperf.measure.breakdown), on a step of its own
+        if distributed:
+            dist.barrier()  # the ranks start the step together: a late neighbour is not this rank's time
+        with StepBreakdown() as tracked:
+            for _ in range(BREAKDOWN_STEPS):
+                drained_step()
+        breakdown = tracked.summary(BREAKDOWN_STEPS)
     mesh = getattr(trainer, "mesh", None)
     pipeline_rank = mesh.get_local_rank("pp") if mesh is not None and "pp" in (mesh.mesh_dim_names or ()) else 0
-    return {"memory": memory, "communication": comm, "pipeline_rank": pipeline_rank}
+    return {"memory": memory, "communication": comm, "breakdown": breakdown, "pipeline_rank": pipeline_rank}
 
 
 def combine(ranks: list[dict]) -> tuple[dict, dict]:
@@ -109,6 +119,18 @@ def combine(ranks: list[dict]) -> tuple[dict, dict]:
     return memory, communication
 
 
+def combine_breakdowns(ranks: list[dict]) -> dict | None:
+    """The step's time by class (:mod:`distperf.measure.breakdown`) on the rank whose step took longest (its
+    ``rank``), with every rank's beside it (``per_rank``: a list per class); None where it was not measured."""
+    found = [r.get("breakdown") for r in ranks]
+    if any(b is None for b in found):
+        return None
+    slowest = max(range(len(found)), key=lambda i: found[i]["window"])
+    keys = CLASSES + ("window",)
+    return {**{k: found[slowest][k] for k in keys}, "rank": slowest,
+            "per_rank": {k: [b[k] for b in found] for k in keys}}
+
+
 def measure(trainer, next_batch, first_step: int, distributed: bool) -> dict:
     """Run the measurement steps on every rank (collective when distributed); return
     ``{memory_bytes, communication, measured_steps}``, the same on every rank."""
@@ -118,5 +140,5 @@ def measure(trainer, next_batch, first_step: int, distributed: bool) -> dict:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
     memory, communication = combine(ranks)
-    return {"memory_bytes": memory, "communication": communication,
+    return {"memory_bytes": memory, "communication": communication, "time_breakdown_s": combine_breakdowns(ranks),
             "measured_steps": measured_steps(trainer.flushes or not distributed)}

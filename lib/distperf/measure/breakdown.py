@@ -1,0 +1,109 @@
+"""Where a training step's time goes, on one rank: the measured counterpart of the cost model's time terms.
+
+:class:`StepBreakdown` profiles one step (``torch.profiler``, CPU activity, no shapes, no dispatch mode: the
+lightest record torch offers) and files the rank's main thread's time under one class each:
+
+- ``matrix_products``: ``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear`` and their
+  backward kernels — what the cost model prices as FLOPs over a GEMM rate;
+- ``attention``: the fused attention kernels (``scaled_dot_product``/``flash_attention`` forward and backward);
+- ``optimizer``: every operator inside ``Optimizer.step`` (and ``zero_grad``);
+- ``communication``: the collective and point-to-point operators and the waits on them
+  (``c10d::*``, ``_c10d_functional::*``, ``record_param_comms``, ``Work.wait``), and the thread's idle time while
+  a collective runs on gloo's worker threads — the thread is blocked, not computing;
+- ``other_operators``: every other ATen operator (LayerNorm, GELU, softmax, residual additions, dropout, the
+  loss, copies, views; memory-bound work and per-operator overhead);
+- ``framework``: the rest of the step's wall-clock window — Python between operators (the trainer, DDP's hooks,
+  FSDP2's and the pipelining runtime's bookkeeping, DTensor's dispatch in Python) and autograd's engine.
+
+An operator counts under the class of its outermost ATen ancestor (``aten::linear`` holds its ``addmm``), and
+``optimizer`` wins over the operator's own class; each class's time is the union of its operators' intervals, so
+nothing is counted twice. The classes sum to the window (``window``). The profiler itself adds about a
+microsecond per operator, which lands in the classes of the operators (mostly ``other_operators`` and
+``framework`` for small ones): a breakdown is a measurement of its own step, to be read as shares of that step,
+not added to the timed steps. CPU only: on CUDA the host's view says little about the device (``None``).
+"""
+from __future__ import annotations
+
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from .comm import event_collective
+from .intervals import intersect, length, subtract, union
+
+CLASSES = ("matrix_products", "attention", "other_operators", "optimizer", "communication", "framework")
+MATRIX = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+          "aten::_addmm_activation")
+ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention")
+COMMUNICATION = ("c10d::", "_c10d_functional", "record_param_comms", "distperf.comm#")
+OPTIMIZER = ("Optimizer.step", "Optimizer.zero_grad")
+_MARKER = "distperf.breakdown.thread"
+
+
+def _ancestors(event):
+    parent = event.cpu_parent
+    while parent is not None:
+        yield parent
+        parent = parent.cpu_parent
+
+
+def classify(event) -> str | None:
+    """The class of one profiler event on the main thread (an object with ``name`` and ``cpu_parent``), or None
+    when an outer operator already counts it or it is not an operator (an annotation)."""
+    name = event.name
+    outer = list(_ancestors(event))
+    if any(a.name.startswith(OPTIMIZER) for a in outer) or name.startswith(OPTIMIZER):
+        return "optimizer" if name.startswith(("aten::",) + OPTIMIZER) and not any(
+            a.name.startswith("aten::") for a in outer) else None
+    if name.startswith(COMMUNICATION):
+        return None if any(a.name.startswith(COMMUNICATION) for a in outer) else "communication"
+    if not name.startswith("aten::") or any(a.name.startswith(("aten::",) + COMMUNICATION) for a in outer):
+        return None
+    if any(key in name for key in ATTENTION):
+        return "attention"
+    return "matrix_products" if name in MATRIX or name.endswith(("mm_backward", "_mm")) else "other_operators"
+
+
+def breakdown(events, thread, steps: int = 1) -> dict:
+    """Seconds per step of each class of :data:`CLASSES` for the events of ``thread``, and the ``window`` from the
+    first to the last of its events. Events are the profiler's (``name``, ``thread``, ``time_range.start``/``.end``
+    in µs, ``cpu_parent``). ``communication`` also holds the thread's idle time while a collective runs on the
+    backend's own threads (gloo's workers: DDP waits for its all-reduce inside its C++ reducer, which the profiler
+    does not show as an operator); ``framework`` is what is left of the window."""
+    mine = [e for e in events if e.thread == thread and e.name != _MARKER]
+    if not mine:
+        return {**dict.fromkeys(CLASSES, 0.0), "window": 0.0}
+    spans: dict[str, list] = {c: [] for c in CLASSES}
+    for e in mine:
+        cls = classify(e)
+        if cls is not None:
+            spans[cls].append((e.time_range.start, e.time_range.end))
+    start = min(e.time_range.start for e in mine)
+    end = max(e.time_range.end for e in mine)
+    busy = union([s for c in CLASSES for s in spans[c]])
+    in_flight = union([(e.time_range.start, e.time_range.end) for e in events
+                       if e.thread != thread and event_collective(e.name) is not None])
+    waiting = intersect(subtract([(start, end)], busy), in_flight)
+    out = {c: length(union(spans[c])) for c in CLASSES if c not in ("communication", "framework")}
+    out["communication"] = length(union(spans["communication"] + waiting))
+    out["framework"] = length(subtract(subtract([(start, end)], busy), waiting))
+    out["window"] = end - start
+    return {k: v / 1e6 / steps for k, v in out.items()}
+
+
+class StepBreakdown:
+    """``with StepBreakdown() as b: step()``, then ``b.summary(steps)``: :func:`breakdown` of this thread."""
+
+    def __enter__(self):
+        self._profiler = profile(activities=[ProfilerActivity.CPU])
+        self._profiler.__enter__()
+        with record_function(_MARKER):
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        self._profiler.__exit__(*exc)
+        return False
+
+    def summary(self, steps: int = 1) -> dict:
+        events = list(self._profiler.events())
+        thread = next(e.thread for e in events if e.name == _MARKER)
+        return breakdown(events, thread, steps)

@@ -1,0 +1,78 @@
+"""Where a step's time goes (distperf.measure.breakdown): the classification on synthetic profiler events, and a
+real step of the tiny model."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from distperf import presets
+from distperf.config import Config, Layout, RunOptions, validate
+from distperf.measure import breakdown as bd
+from distperf.measure.intervals import intersect, length, subtract, union
+from distperf.parallel.single import SingleDeviceTrainer
+
+MAIN, GLOO = 1, 2
+
+
+def event(name, start, end, parent=None, thread=MAIN):
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end), cpu_parent=parent,
+                           thread=thread)
+
+
+def test_intervals():
+    assert union([(0, 2), (1, 3), (5, 6), (7, 7)]) == [(0, 3), (5, 6)]
+    assert length(union([(0, 2), (1, 3)])) == 3
+    assert subtract([(0, 10)], [(2, 3), (5, 6)]) == [(0, 2), (3, 5), (6, 10)]
+    assert intersect([(0, 10)], [(2, 3), (9, 12)]) == [(2, 3), (9, 10)]
+
+
+def test_each_operator_counts_once_under_its_outermost_class():
+    linear = event("aten::linear", 0, 10)
+    step = event("Optimizer.step#Adam.step", 30, 40)
+    backward = event("autograd::engine::evaluate_function: AddmmBackward0", 10, 20)
+    assert bd.classify(linear) == "matrix_products"
+    assert bd.classify(event("aten::addmm", 1, 9, parent=linear)) is None  # counted by aten::linear
+    assert bd.classify(event("aten::mm", 11, 19, parent=backward)) == "matrix_products"  # under an annotation
+    assert bd.classify(event("aten::_scaled_dot_product_flash_attention_for_cpu", 0, 1)) == "attention"
+    assert bd.classify(event("aten::layer_norm", 0, 1)) == "other_operators"
+    assert bd.classify(step) == "optimizer"
+    assert bd.classify(event("aten::mul_", 31, 32, parent=step)) == "optimizer"
+    assert bd.classify(event("aten::empty", 31, 31.5, parent=event("aten::mul_", 31, 32, parent=step))) is None
+    assert bd.classify(event("c10d::allreduce_", 0, 1)) == "communication"
+    assert bd.classify(event("distperf.comm#3", 0, 1)) == "communication"
+    assert bd.classify(backward) is None  # an annotation, not an operator
+
+
+def test_the_classes_fill_the_window_and_waiting_on_gloo_is_communication():
+    linear = event("aten::linear", 0, 10)
+    events = [linear, event("aten::addmm", 1, 9, parent=linear), event("aten::gelu", 12, 14),
+              event("Optimizer.step#Adam.step", 30, 40), event("c10d::allreduce_", 14, 15),
+              event("gloo:all_reduce", 15, 25, thread=GLOO),  # in flight while the main thread is idle 15 … 25
+              event("aten::add", 25, 26), event("aten::mm", 40, 50, thread=GLOO)]  # another thread's compute
+    out = bd.breakdown(events, MAIN)
+    us = 1e-6
+    assert out["matrix_products"] == pytest.approx(10 * us) and out["other_operators"] == pytest.approx(3 * us)
+    assert out["optimizer"] == pytest.approx(10 * us)
+    assert out["communication"] == pytest.approx((1 + 10) * us)  # the call and the idle time while gloo runs
+    assert out["framework"] == pytest.approx((2 + 4) * us)  # 10 … 12 and 26 … 30
+    assert out["window"] == pytest.approx(40 * us)
+    assert sum(out[c] for c in bd.CLASSES) == pytest.approx(out["window"])
+    assert bd.breakdown(events, MAIN, steps=2)["window"] == pytest.approx(20 * us)
+    assert bd.breakdown([], MAIN) == {**dict.fromkeys(bd.CLASSES, 0.0), "window": 0.0}
+
+
+def test_a_real_step_of_the_tiny_model():
+    torch.manual_seed(0)
+    spec = presets.model("tiny")
+    trainer = SingleDeviceTrainer(validate(Config(model=spec, layout=Layout(micro_batch=2))), RunOptions(seed=0),
+                                  torch.device("cpu"))
+    tokens = torch.randint(0, spec.vocab, (2, spec.seq + 1))
+    trainer.step(tokens[:, :-1], tokens[:, 1:])
+    with bd.StepBreakdown() as tracked:
+        trainer.step(tokens[:, :-1], tokens[:, 1:])
+    out = tracked.summary()
+    assert all(out[c] >= 0 for c in bd.CLASSES) and out["window"] > 0
+    assert sum(out[c] for c in bd.CLASSES) == pytest.approx(out["window"], rel=1e-6)
+    for c in ("matrix_products", "attention", "other_operators", "optimizer"):
+        assert out[c] > 0, c  # one device: every kind of work but communication
+    assert out["communication"] == 0
