@@ -1,0 +1,157 @@
+"""Where the time goes (``chapters/time_breakdown.md``): the measured split of each strategy's step
+(:mod:`distperf.measure.breakdown`, one profiled step per run, the slowest rank) beside the cost model's terms.
+
+- :func:`per_configuration`: one row per configuration of the timed experiments (:data:`noise.EXPERIMENTS`) that
+  measured a breakdown: its strategy, the measured classes as fractions of its median iteration, and the
+  predicted terms (compute, exposed communication, bubble) as fractions of the same measured iteration;
+- :func:`by_strategy`: the medians of those per strategy; :func:`styled`: as the book shows it;
+- :func:`draw`: measured and predicted bars per strategy;
+- :func:`largest_share`, :func:`compute_coverage`, :func:`framework_range`, :func:`fidelity`: the sentences;
+- :func:`provenance_rows`, :func:`experiments`: what the captions name, and which tables are read.
+
+Units: a class's fraction is its seconds in the breakdown step over that step's window (so that the classes of a
+run sum to 1, whatever the profiler added), the predicted terms are seconds over the measured median iteration.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..measure.breakdown import CLASSES
+from . import rows
+from .noise import EXPERIMENTS, strategy
+
+PREFIX = "time_breakdown_s."
+PREDICTED = ("compute", "communication_exposed", "bubble")
+COMPUTING = ("matrix_products", "attention", "other_operators", "optimizer")
+LABELS = {"matrix_products": "matrix products", "attention": "attention", "other_operators": "other operators",
+          "optimizer": "optimizer", "communication": "communication", "framework": "framework and Python",
+          "compute": "compute (predicted)", "communication_exposed": "exposed communication (predicted)",
+          "bubble": "bubble (predicted)"}
+
+
+def per_configuration(tables: dict) -> pd.DataFrame:
+    """One row per configuration that has a breakdown (``ok`` runs of this build, repeats folded): ``experiment``,
+    ``strategy``, ``model``, ``median_s`` (the measured iteration), ``window_s`` (the breakdown step), the
+    fraction of each class of :data:`CLASSES` in that step, and ``pred_<term>`` (:data:`PREDICTED`) over
+    ``median_s``; also ``pred_total`` (the predicted iteration over the measured one)."""
+    parts = []
+    for name, table in tables.items():
+        if table is None or not len(table) or not rows.has(table, PREFIX + "window"):
+            continue
+        runs = rows.ok(table[table["source"] == "fresh"] if "source" in table else table)
+        runs = runs[runs[PREFIX + "window"].notna()]
+        if not len(runs):
+            continue
+        window = runs[PREFIX + "window"].astype(float)
+        median = runs["iteration_time_s.median"].astype(float)
+        part = pd.DataFrame({"experiment": name, "strategy": runs.apply(strategy, axis=1),
+                             "model": runs["config.model.name"], "median_s": median, "window_s": window})
+        for c in CLASSES:
+            part[c] = runs[PREFIX + c].astype(float) / window
+        for term in PREDICTED:
+            part[f"pred_{term}"] = runs[f"prediction.time_s.{term}"].astype(float) / median
+        part["pred_total"] = runs["prediction.time_s.iteration"].astype(float) / median
+        parts.append(part)
+    columns = ["experiment", "strategy", "model", "median_s", "window_s", *CLASSES,
+               *[f"pred_{t}" for t in PREDICTED], "pred_total"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def by_strategy(per: pd.DataFrame) -> pd.DataFrame:
+    """The mean of each fraction over a strategy's configurations (means, so that the classes still sum to 1),
+    with ``configurations`` and the median ``median_s`` (ms, as ``iteration (ms)``), sorted by the share of matrix
+    products."""
+    if not len(per):
+        return pd.DataFrame(columns=["strategy", "configurations", "iteration (ms)", *CLASSES,
+                                     *[f"pred_{t}" for t in PREDICTED], "pred_total"])
+    grouped = per.groupby("strategy")
+    table = grouped[[*CLASSES, *[f"pred_{t}" for t in PREDICTED], "pred_total"]].mean()
+    table.insert(0, "iteration (ms)", grouped.median_s.median() * 1e3)
+    table.insert(0, "configurations", grouped.size())
+    return table.reset_index().sort_values("matrix_products", ascending=False, ignore_index=True)
+
+
+def styled(table):
+    """:func:`by_strategy` with percentages and the classes named as the book names them."""
+    shown = table.rename(columns={**LABELS, **{f"pred_{t}": LABELS[t] for t in PREDICTED},
+                                  "pred_total": "predicted iteration"})
+    percent = [c for c in shown.columns if c not in ("strategy", "configurations", "iteration (ms)")]
+    return shown.style.format({**{c: "{:.0%}" for c in percent}, "iteration (ms)": "{:.1f}"}).hide(axis="index")
+
+
+def draw(ax, table) -> None:
+    """Per strategy two stacked bars: the measured classes (fractions of the step, summing to 1) and the
+    predicted terms (fractions of the measured iteration: their sum is the predicted iteration over the
+    measured one)."""
+    import numpy as np
+    import seaborn as sns
+
+    from ..plots import PALETTE
+
+    colours = dict(zip(CLASSES, sns.color_palette(PALETTE, len(CLASSES))))
+    predicted_colours = {"compute": colours["matrix_products"], "communication_exposed": colours["communication"],
+                         "bubble": "lightgrey"}
+    y = np.arange(len(table))
+    left = np.zeros(len(table))
+    for c in CLASSES:
+        ax.barh(y - 0.2, table[c], 0.38, left=left, color=colours[c], label=LABELS[c])
+        left += table[c].to_numpy()
+    left = np.zeros(len(table))
+    for term in PREDICTED:
+        values = table[f"pred_{term}"].to_numpy()
+        ax.barh(y + 0.2, values, 0.38, left=left, color=predicted_colours[term], hatch="//", edgecolor="white",
+                label=LABELS[term])
+        left += values
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(y, table.strategy)
+    ax.invert_yaxis()
+    ax.set_xlabel("fraction of the measured step (upper bar) and of the measured iteration (lower bar, predicted)")
+    ax.legend(fontsize="x-small", ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+
+
+def largest_share(table) -> str:
+    """Which measured class is the largest in how many strategies, in words."""
+    if not len(table):
+        return "no strategy was measured"
+    largest = table[list(CLASSES)].astype(float).idxmax(axis=1)
+    counts = largest.value_counts()
+    return "; ".join(f"{LABELS[c]} in {n} of {len(table)} strategies" for c, n in counts.items())
+
+
+def compute_coverage(per) -> str:
+    """The cost model's compute term (a fraction of the measured iteration) over the measured computing share of
+    the step (matrix products, attention, other operators and optimizer), as the median and range over
+    configurations."""
+    if not len(per):
+        return "not measured"
+    ratio = (per.pred_compute / per[list(COMPUTING)].sum(axis=1)).dropna()
+    return f"a median {ratio.median():.0%} (from {ratio.min():.0%} to {ratio.max():.0%})"
+
+
+def framework_range(per) -> str:
+    """The range over configurations of the framework-and-Python share of a step."""
+    return f"{per.framework.min():.0%} to {per.framework.max():.0%}" if len(per) else "not measured"
+
+
+def fidelity(per) -> str:
+    """How long the profiled breakdown step took against the timed iteration: the median and range of the
+    ratio window / median."""
+    if not len(per):
+        return "not measured"
+    ratio = per.window_s / per.median_s
+    return f"{ratio.median():.2f}× (from {ratio.min():.2f}× to {ratio.max():.2f}×)"
+
+
+def provenance_rows(tables: dict) -> pd.DataFrame:
+    """The provenance columns (and ``source``) of every row of ``tables``, one frame: what the chapter's captions
+    name."""
+    from ..results import PROVENANCE_COLUMNS
+
+    keep = [*PROVENANCE_COLUMNS, "source"]
+    return pd.concat([t[[c for c in keep if c in t]] for t in tables.values() if t is not None and len(t)],
+                     ignore_index=True)
+
+
+def experiments() -> tuple[str, ...]:
+    """The experiments this chapter reads (those of the noise floor: timed on this machine's own links)."""
+    return EXPERIMENTS
