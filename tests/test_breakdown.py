@@ -41,6 +41,9 @@ def test_each_operator_counts_once_under_its_outermost_class():
     assert bd.classify(event("c10d::allreduce_", 0, 1)) == "communication"
     assert bd.classify(event("distperf.comm#3", 0, 1)) == "communication"
     assert bd.classify(backward) is None  # an annotation, not an operator
+    redistribute = event("aten::mm", 0, 10)
+    assert bd.classify(event("_c10d_functional::all_reduce", 2, 4, parent=redistribute)) == "communication"
+    assert bd.classify(event("c10d::broadcast_", 31, 32, parent=step)) == "communication"  # ZeroRedundancyOptimizer
 
 
 def test_the_classes_fill_the_window_and_waiting_on_gloo_is_communication():
@@ -59,6 +62,14 @@ def test_the_classes_fill_the_window_and_waiting_on_gloo_is_communication():
     assert sum(out[c] for c in bd.CLASSES) == pytest.approx(out["window"])
     assert bd.breakdown(events, MAIN, steps=2)["window"] == pytest.approx(20 * us)
     assert bd.breakdown([], MAIN) == {**dict.fromkeys(bd.CLASSES, 0.0), "window": 0.0}
+
+
+def test_a_collective_inside_an_operator_is_communication_not_the_operators():
+    mm = event("aten::mm", 0, 10)
+    out = bd.breakdown([mm, event("_c10d_functional::all_reduce", 2, 6, parent=mm), event("aten::gelu", 10, 12)],
+                       MAIN)
+    assert out["matrix_products"] == pytest.approx(6e-6) and out["communication"] == pytest.approx(4e-6)
+    assert sum(out[c] for c in bd.CLASSES) == pytest.approx(out["window"])
 
 
 def test_a_real_step_of_the_tiny_model():

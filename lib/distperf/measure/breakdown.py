@@ -15,9 +15,10 @@ lightest record torch offers) and files the rank's main thread's time under one 
 - ``framework``: the rest of the step's wall-clock window — Python between operators (the trainer, DDP's hooks,
   FSDP2's and the pipelining runtime's bookkeeping, DTensor's dispatch in Python) and autograd's engine.
 
-An operator counts under the class of its outermost ATen ancestor (``aten::linear`` holds its ``addmm``), and
-``optimizer`` wins over the operator's own class; each class's time is the union of its operators' intervals, so
-nothing is counted twice. The classes sum to the window (``window``). The profiler itself adds about a
+An operator counts under the class of its outermost ATen ancestor (``aten::linear`` holds its ``addmm``),
+``optimizer`` wins over the operator's own class, and a collective wins over the operator it runs in (that
+operator is waiting); each class's time is the union of its operators' intervals less communication's, so nothing
+is counted twice and the classes sum to the window (``window``). The profiler itself adds about a
 microsecond per operator, which lands in the classes of the operators (mostly ``other_operators`` and
 ``framework`` for small ones): a breakdown is a measurement of its own step, to be read as shares of that step,
 not added to the timed steps. CPU only: on CUDA the host's view says little about the device (``None``).
@@ -50,11 +51,11 @@ def classify(event) -> str | None:
     when an outer operator already counts it or it is not an operator (an annotation)."""
     name = event.name
     outer = list(_ancestors(event))
+    if name.startswith(COMMUNICATION):
+        return None if any(a.name.startswith(COMMUNICATION) for a in outer) else "communication"
     if any(a.name.startswith(OPTIMIZER) for a in outer) or name.startswith(OPTIMIZER):
         return "optimizer" if name.startswith(("aten::",) + OPTIMIZER) and not any(
             a.name.startswith("aten::") for a in outer) else None
-    if name.startswith(COMMUNICATION):
-        return None if any(a.name.startswith(COMMUNICATION) for a in outer) else "communication"
     if not name.startswith("aten::") or any(a.name.startswith(("aten::",) + COMMUNICATION) for a in outer):
         return None
     if any(key in name for key in ATTENTION):
@@ -82,8 +83,12 @@ def breakdown(events, thread, steps: int = 1) -> dict:
     in_flight = union([(e.time_range.start, e.time_range.end) for e in events
                        if e.thread != thread and event_collective(e.name) is not None])
     waiting = intersect(subtract([(start, end)], busy), in_flight)
-    out = {c: length(union(spans[c])) for c in CLASSES if c not in ("communication", "framework")}
-    out["communication"] = length(union(spans["communication"] + waiting))
+    communication = union(spans["communication"] + waiting)
+    # a collective inside an operator (DTensor's, ZeroRedundancyOptimizer's) is that operator waiting: its time is
+    # communication's, not the operator's class
+    out = {c: length(subtract(union(spans[c]), communication)) for c in CLASSES
+           if c not in ("communication", "framework")}
+    out["communication"] = length(communication)
     out["framework"] = length(subtract(subtract([(start, end)], busy), waiting))
     out["window"] = end - start
     return {k: v / 1e6 / steps for k, v in out.items()}
