@@ -334,3 +334,14 @@ def test_the_prediction_fingerprint_is_the_same_twice_and_covers_every_strategy(
     assert len(lines) == 300 and {lay["schedule"] for lay in layouts} >= {"none", "gpipe", "1f1b", "interleaved",
                                                                           "2bw", "pipedream"}
     assert {lay["zero"] for lay in layouts} == {0, 1, 2, 3} and any(lay["sequence_parallel"] for lay in layouts)
+
+
+def test_a_checked_model_does_not_vouch_for_an_equal_one_of_another_type():
+    """validate remembers the model objects whose rules held (a sweep checks a few models 10^5 times); a spec that
+    compares equal but holds a bool where a size belongs (True == 1) is still refused."""
+    ok = ModelSpec(name="m", layers=1, hidden=32, heads=4, vocab=64, seq=8, ffn=64)
+    validate(Config(model=ok))
+    assert validate(Config(model=ok)).model is ok  # remembered
+    with pytest.raises(ConfigError) as e:
+        validate(Config(model=replace(ok, layers=True)))
+    assert e.value.field == "layers"

@@ -171,9 +171,15 @@ def _positive(names: tuple[str, ...], values: tuple) -> None:
             raise ConfigError(name, f"must be a positive integer, got {value!r}")
 
 
-def validate(cfg: Config) -> Config:
-    """Check every rule; raise ConfigError(field, rule) at the first one broken; return cfg."""
-    m, lay, tr = cfg.model, cfg.layout, cfg.training
+# the model objects whose own rules held, by identity (an equal spec may differ in type: True == 1), kept alive so
+# that an id is not reused: a sweep checks a handful of models 10^5 times
+_VALID_MODELS: dict = {}
+
+
+def _check_model(m: ModelSpec) -> None:
+    """The rules of the model alone (remembered once they hold)."""
+    if _VALID_MODELS.get(id(m)) is m:
+        return
     if m.arch not in ARCHS:
         raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {m.arch!r}")
     _positive(("layers", "hidden", "heads", "vocab", "seq", "ffn"), (m.layers, m.hidden, m.heads, m.vocab, m.seq, m.ffn))
@@ -183,6 +189,15 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("attention", f"must be one of {', '.join(ATTENTIONS)}, got {m.attention!r}")
     if m.hidden % m.heads:
         raise ConfigError("heads", f"hidden ({m.hidden}) must be divisible by heads ({m.heads})")
+    if len(_VALID_MODELS) > 1024:
+        _VALID_MODELS.clear()
+    _VALID_MODELS[id(m)] = m
+
+
+def validate(cfg: Config) -> Config:
+    """Check every rule; raise ConfigError(field, rule) at the first one broken; return cfg."""
+    m, lay, tr = cfg.model, cfg.layout, cfg.training
+    _check_model(m)
     _positive(("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"),
               (lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch, lay.microbatches))
     if lay.schedule not in SCHEDULES:
