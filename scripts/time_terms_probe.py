@@ -5,9 +5,9 @@
 
 Constants (microbenchmarks at no preset's shape): the square-GEMM rate by n, priced at n_eff = (m·n·k)^(1/3); fused
 attention forward + backward at one shape (b = 1, a = 2, s = 64, d = 16); Adam's step per tensor on 8-element
-tensors; copy bandwidth. Validation: the tiny, small and medium presets at micro-batch 1, 2 and 4, one thread. It
-prints each class measured and estimated with the signed error. The estimates are first cuts, the starting point of
-a time model that prices each class; they are not part of :func:`distperf.cost.predict`.
+tensors; copy bandwidth. Validation: the tiny, small and medium presets at micro-batch 1, 2 and 4, wide at 1, one
+thread. It prints each class measured and estimated with the signed error. The estimates are first cuts, the
+starting point of a time model that prices each class; they are not part of :func:`distperf.cost.predict`.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from distperf.measure.breakdown import StepBreakdown
 from distperf.parallel.single import SingleDeviceTrainer
 
 SIZES = (16, 32, 64, 128, 256, 512, 1024)
+VALIDATION = {"tiny": (1, 2, 4), "small": (1, 2, 4), "medium": (1, 2, 4), "wide": (1,)}  # preset: micro-batches
 
 
 def median_time(fn, min_run_time: float = 0.3) -> float:
@@ -101,8 +102,8 @@ def main() -> None:
         copy_bandwidth()
     print(f"constants: GEMM {rates[512] / 1e9:.0f} GFLOP/s at n = 512, attention {attention / 1e9:.1f} GFLOP/s, "
           f"Adam {adam * 1e6:.1f} µs per tensor, copy {bandwidth / 1e9:.1f} GB/s")
-    for name in ("tiny", "small", "medium"):
-        for b in (1, 2, 4):
+    for name, batches in VALIDATION.items():
+        for b in batches:
             measured, trainer = measured_classes(name, b)
             guess = estimates(name, b, trainer, rates, attention, adam, bandwidth)
             cells = [f"{c} {measured[c] * 1e3:.2f} ms vs {guess[c] * 1e3:.2f} ({guess[c] / measured[c] - 1:+.0%})"
