@@ -85,13 +85,14 @@ def floor(per: pd.DataFrame, goal: float = GOAL) -> pd.DataFrame:
     median relative standard deviation of a run's median that the half-widths imply (:func:`run_to_run_sd`), and
     ``repeats for the goal`` at that spread (:func:`repeats_needed`); sorted by the largest half-width."""
     with_interval = per.dropna(subset=["ci_half_rel"])
-    rows = [{"strategy": name, "configurations": len(part), "repeats": int(part.repeats.min()),
-             "median half-width": part.ci_half_rel.median(), "largest half-width": part.ci_half_rel.max(),
-             "within goal": (part.ci_half_rel <= goal).mean(),
-             "within a run": ((part.p90_s - part.p10_s) / 2 / part.median_s).median(),
-             "run-to-run sd": sd, "repeats for the goal": repeats_needed(sd, goal)}
-            for name, part in with_interval.groupby("strategy", sort=True)
-            for sd in [pd.Series([run_to_run_sd(h, int(r)) for h, r in zip(part.ci_half_rel, part.repeats)]).median()]]
+    rows = []
+    for name, part in with_interval.groupby("strategy", sort=True):
+        sd = pd.Series([run_to_run_sd(h, int(r)) for h, r in zip(part.ci_half_rel, part.repeats)]).median()
+        rows.append({"strategy": name, "configurations": len(part), "repeats": int(part.repeats.min()),
+                     "median half-width": part.ci_half_rel.median(), "largest half-width": part.ci_half_rel.max(),
+                     "within goal": (part.ci_half_rel <= goal).mean(),
+                     "within a run": ((part.p90_s - part.p10_s) / 2 / part.median_s).median(),
+                     "run-to-run sd": sd, "repeats for the goal": repeats_needed(sd, goal)})
     table = pd.DataFrame(rows, columns=["strategy", "configurations", "repeats", "median half-width",
                                         "largest half-width", "within goal", "within a run", "run-to-run sd",
                                         "repeats for the goal"])

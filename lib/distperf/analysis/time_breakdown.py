@@ -1,13 +1,13 @@
 """Where the time goes (``chapters/time_breakdown.md``): the measured split of each strategy's step
 (:mod:`distperf.measure.breakdown`, one profiled step per run, the slowest rank) beside the cost model's terms.
 
-- :func:`per_configuration`: one row per configuration of the timed experiments (:data:`noise.EXPERIMENTS`) that
-  measured a breakdown: its strategy, the measured classes as fractions of its median iteration, and the
-  predicted terms (compute, exposed communication, bubble) as fractions of the same measured iteration;
-- :func:`by_strategy`: the medians of those per strategy; :func:`styled`: as the book shows it;
+- :func:`per_configuration`: one row per configuration of the timed experiments (:data:`EXPERIMENTS`, those of
+  the noise floor) that measured a breakdown: its strategy, the measured classes as fractions of the profiled step,
+  and the predicted terms (compute, exposed communication, bubble) as fractions of the measured iteration;
+- :func:`by_strategy`: the means of those per strategy; :func:`styled`: as the book shows it;
 - :func:`draw`: measured and predicted bars per strategy;
 - :func:`largest_share`, :func:`compute_coverage`, :func:`framework_range`, :func:`fidelity`: the sentences;
-- :func:`provenance_rows`, :func:`experiments`: what the captions name, and which tables are read.
+- :func:`provenance_rows`: what the captions name.
 
 Units: a class's fraction is its seconds in the breakdown step over that step's window (so that the classes of a
 run sum to 1, whatever the profiler added), the predicted terms are seconds over the measured median iteration.
@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..measure.breakdown import CLASSES
 from . import rows
-from .noise import EXPERIMENTS, strategy
+from .noise import EXPERIMENTS, strategy  # noqa: F401 (EXPERIMENTS: the tables the chapter reads)
 
 PREFIX = "time_breakdown_s."
 PREDICTED = ("compute", "communication_exposed", "bubble")
@@ -150,8 +150,3 @@ def provenance_rows(tables: dict) -> pd.DataFrame:
     keep = [*PROVENANCE_COLUMNS, "source"]
     return pd.concat([t[[c for c in keep if c in t]] for t in tables.values() if t is not None and len(t)],
                      ignore_index=True)
-
-
-def experiments() -> tuple[str, ...]:
-    """The experiments this chapter reads (those of the noise floor: timed on this machine's own links)."""
-    return EXPERIMENTS
