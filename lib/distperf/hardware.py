@@ -10,8 +10,10 @@ is NVLink per direction; inter-node bandwidth is one NIC per GPU. Latencies are 
 assumptions, not measurements. ``flops_efficiency`` is 1.0 in presets: an uncalibrated prediction is
 an ideal lower bound on time.
 
-A profile file is a JSON object with exactly the fields of :class:`Hardware` (``flops_efficiency``
-optional); ``python -m distperf calibrate`` writes one for this machine.
+A profile file is a JSON object with exactly the fields of :class:`Hardware` (``flops_efficiency`` and
+``kernels`` optional); ``python -m distperf calibrate`` writes one for this machine. ``kernels``
+(:class:`distperf.cost.kernels.KernelCosts`: the measured time of each kind of kernel by shape) switches the
+compute term from FLOPs over one rate to the kernels a step launches; the presets have none.
 """
 from __future__ import annotations
 
@@ -20,7 +22,12 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from .config import ConfigError
+
+if TYPE_CHECKING:  # distperf.cost imports this module
+    from .cost.kernels import KernelCosts
 
 GB = 1e9
 GIB = 2**30
@@ -39,6 +46,7 @@ class Hardware:
     inter_latency: float  # s per message between nodes
     devices_per_node: int
     flops_efficiency: float = 1.0  # achieved / peak for the model's matrix products
+    kernels: KernelCosts | None = None  # measured kernel times by shape (calibrate), else FLOPs over the rate
 
     def __post_init__(self):
         # the cost model caches per hardware: hash the fields once, not on every lookup
@@ -97,12 +105,19 @@ def load_profile(path: str | Path) -> Hardware:
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError("hardware", f"{path}: unknown field(s) {', '.join(unknown)}")
-    missing = [n for n, f in known.items() if n not in data and n not in ("name", "flops_efficiency")]
+    missing = [n for n, f in known.items() if n not in data and n not in ("name", "flops_efficiency", "kernels")]
     if missing:
         raise ConfigError("hardware", f"{path}: missing field(s) {', '.join(missing)}")
     values = {"name": str(data.get("name", path.stem))}
+    if data.get("kernels") is not None:
+        from .cost.kernels import KernelCosts
+
+        try:
+            values["kernels"] = KernelCosts.from_dict(data["kernels"])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise ConfigError("hardware", f"{path}: kernels is malformed ({e.__class__.__name__}: {e})") from None
     for name in known:
-        if name == "name" or name not in data:
+        if name in ("name", "kernels") or name not in data:
             continue
         value = data[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -116,7 +131,9 @@ def load_profile(path: str | Path) -> Hardware:
 
 
 def save_profile(hw: Hardware, path: str | Path) -> None:
-    Path(path).write_text(json.dumps({f.name: getattr(hw, f.name) for f in fields(Hardware)}, indent=2) + "\n")
+    data = {f.name: getattr(hw, f.name) for f in fields(Hardware)}
+    data["kernels"] = hw.kernels.to_dict() if hw.kernels is not None else None
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
 def hardware(name_or_path: str) -> Hardware:

@@ -22,6 +22,8 @@ from .noise import EXPERIMENTS, strategy  # noqa: F401 (EXPERIMENTS: the tables 
 
 PREFIX = "time_breakdown_s."
 PREDICTED = ("compute", "communication_exposed", "bubble")
+PREDICTED_CLASSES = ("matrix_products", "attention", "other_operators", "optimizer", "communication", "framework",
+                     "bubble")
 COMPUTING = ("matrix_products", "attention", "other_operators", "optimizer")
 LABELS = {"matrix_products": "matrix products", "attention": "attention", "other_operators": "other operators",
           "optimizer": "optimizer", "communication": "communication", "framework": "framework and Python",
@@ -29,11 +31,18 @@ LABELS = {"matrix_products": "matrix products", "attention": "attention", "other
           "bubble": "bubble (predicted)"}
 
 
-def per_configuration(tables: dict) -> pd.DataFrame:
+def predicted_terms(frame) -> tuple:
+    """The predicted terms a :func:`per_configuration` frame holds: the breakdown's classes, or the three terms."""
+    return PREDICTED_CLASSES if "pred_matrix_products" in frame else PREDICTED
+
+
+def per_configuration(tables: dict, hw=None) -> pd.DataFrame:
     """One row per configuration that has a breakdown (``ok`` runs of this build, repeats folded): ``experiment``,
     ``strategy``, ``model``, ``median_s`` (the measured iteration), ``window_s`` (the breakdown step), the
     fraction of each class of :data:`CLASSES` in that step, and ``pred_<term>`` (:data:`PREDICTED`) over
-    ``median_s``; also ``pred_total`` (the predicted iteration over the measured one)."""
+    ``median_s``; also ``pred_total`` (the predicted iteration over the measured one). With ``hw`` (a profile with
+    measured kernels) the predicted terms are those of ``hw`` in the classes of the breakdown
+    (:func:`distperf.analysis.time_model.predicted_classes`, :data:`PREDICTED_CLASSES`), else the run's own."""
     parts = []
     for name, table in tables.items():
         if table is None or not len(table) or not rows.has(table, PREFIX + "window"):
@@ -48,9 +57,18 @@ def per_configuration(tables: dict) -> pd.DataFrame:
                              "model": runs["config.model.name"], "median_s": median, "window_s": window})
         for c in CLASSES:
             part[c] = runs[PREFIX + c].astype(float) / window
-        for term in PREDICTED:
-            part[f"pred_{term}"] = runs[f"prediction.time_s.{term}"].astype(float) / median
-        part["pred_total"] = runs["prediction.time_s.iteration"].astype(float) / median
+        if hw is not None and hw.kernels is not None:
+            from .time_model import predicted_classes
+
+            predicted = pd.DataFrame([predicted_classes(rows.config_of_row(r), hw) for _, r in runs.iterrows()],
+                                     index=runs.index)
+            for term in PREDICTED_CLASSES:
+                part[f"pred_{term}"] = predicted[term] / median
+            part["pred_total"] = predicted.sum(axis=1) / median
+        else:
+            for term in PREDICTED:
+                part[f"pred_{term}"] = runs[f"prediction.time_s.{term}"].astype(float) / median
+            part["pred_total"] = runs["prediction.time_s.iteration"].astype(float) / median
         parts.append(part)
     columns = ["experiment", "strategy", "model", "median_s", "window_s", *CLASSES,
                *[f"pred_{t}" for t in PREDICTED], "pred_total"]
@@ -61,11 +79,12 @@ def by_strategy(per: pd.DataFrame) -> pd.DataFrame:
     """The mean of each fraction over a strategy's configurations (means, so that the classes still sum to 1),
     with ``configurations`` and the median ``median_s`` (ms, as ``iteration (ms)``), sorted by the share of matrix
     products."""
+    terms = predicted_terms(per)
     if not len(per):
         return pd.DataFrame(columns=["strategy", "configurations", "iteration (ms)", *CLASSES,
-                                     *[f"pred_{t}" for t in PREDICTED], "pred_total"])
+                                     *[f"pred_{t}" for t in terms], "pred_total"])
     grouped = per.groupby("strategy")
-    table = grouped[[*CLASSES, *[f"pred_{t}" for t in PREDICTED], "pred_total"]].mean()
+    table = grouped[[*CLASSES, *[f"pred_{t}" for t in terms], "pred_total"]].mean()
     table.insert(0, "iteration (ms)", grouped.median_s.median() * 1e3)
     table.insert(0, "configurations", grouped.size())
     return table.reset_index().sort_values("matrix_products", ascending=False, ignore_index=True)
@@ -73,7 +92,8 @@ def by_strategy(per: pd.DataFrame) -> pd.DataFrame:
 
 def styled(table):
     """:func:`by_strategy` with percentages and the classes named as the book names them."""
-    shown = table.rename(columns={**LABELS, **{f"pred_{t}": LABELS[t] for t in PREDICTED},
+    shown = table.rename(columns={**LABELS, **{f"pred_{t}": f"{LABELS[t].removesuffix(' (predicted)')} (predicted)"
+                                               for t in predicted_terms(table)},
                                   "pred_total": "predicted iteration"})
     percent = [c for c in shown.columns if c not in ("strategy", "configurations", "iteration (ms)")]
     return shown.style.format({**{c: "{:.0%}" for c in percent}, "iteration (ms)": "{:.1f}"}).hide(axis="index")
@@ -89,18 +109,18 @@ def draw(ax, table) -> None:
     from ..plots import PALETTE
 
     colours = dict(zip(CLASSES, sns.color_palette(PALETTE, len(CLASSES))))
-    predicted_colours = {"compute": colours["matrix_products"], "communication_exposed": colours["communication"],
-                         "bubble": "lightgrey"}
+    predicted_colours = {**colours, "compute": colours["matrix_products"],
+                         "communication_exposed": colours["communication"], "bubble": "lightgrey"}
     y = np.arange(len(table))
     left = np.zeros(len(table))
     for c in CLASSES:
         ax.barh(y - 0.2, table[c], 0.38, left=left, color=colours[c], label=LABELS[c])
         left += table[c].to_numpy()
     left = np.zeros(len(table))
-    for term in PREDICTED:
+    for term in predicted_terms(table):
         values = table[f"pred_{term}"].to_numpy()
         ax.barh(y + 0.2, values, 0.38, left=left, color=predicted_colours[term], hatch="//", edgecolor="white",
-                label=LABELS[term])
+                label=LABELS[term] if term in PREDICTED else None)
         left += values
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_yticks(y, table.strategy)
@@ -124,7 +144,8 @@ def compute_coverage(per) -> str:
     configurations."""
     if not len(per):
         return "not measured"
-    ratio = (per.pred_compute / per[list(COMPUTING)].sum(axis=1)).dropna()
+    computed = per.pred_compute if "pred_compute" in per else per[[f"pred_{c}" for c in COMPUTING]].sum(axis=1)
+    ratio = (computed / per[list(COMPUTING)].sum(axis=1)).dropna()
     return f"a median {ratio.median():.0%} (from {ratio.min():.0%} to {ratio.max():.0%})"
 
 

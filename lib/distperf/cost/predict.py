@@ -22,6 +22,10 @@ Time of one microbatch on pipeline rank r (per tensor- and data-parallel rank):
         + pipeline sends (not overlapped)
         + ZeRO-2/3 collectives not hidden behind the microbatch's compute.
 
+With the hardware's measured ``kernels`` (:mod:`distperf.cost.kernels`), compute is the sum of the kernels one
+microbatch launches on the rank, each at the time measured for its shape, and the optimizer Adam's loop over the
+rank's tensors (:func:`distperf.cost.stage.kernel_classes`, :func:`~distperf.cost.stage.optimizer_time`).
+
 With ``layer_times`` (profiled seconds of one layer, the embeddings and the head on one device, for
 this micro-batch; :func:`distperf.measure.calibrate.layer_times`) the compute term is taken from them
 instead of FLOPs over rate, as profiling-based predictors such as DistSim and vTrain do:
@@ -83,7 +87,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     and unsharded gradients), peak_stage, fits, communication_bytes {data_parallel, tensor_parallel,
     pipeline_parallel} (algorithmic: ring volumes), communication_wire_bytes (same keys: what gloo sends),
     collectives (same keys), time_s {compute, communication_exposed, bubble, iteration}, bubble_fraction,
-    hardware, compute_from ("flops" or "layer_times"), convention, backend.
+    hardware, compute_from ("flops", "kernels": the hardware's measured kernel times, or "layer_times"), convention,
+    backend.
 
     ``layer_times``: {"layer": (forward_s, backward_s), "embedding": (…), "head": (…)} of one
     microbatch on one device; when given, compute time comes from them (see the module docstring).
@@ -202,7 +207,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                    "bubble": bubble, "iteration": iteration},
         "bubble_fraction": bubble / iteration if iteration > 0 else 0.0,
         "hardware": hw.name,
-        "compute_from": "flops" if times is None else "layer_times",
+        "compute_from": "layer_times" if times is not None else "flops" if hw.kernels is None else "kernels",
         "convention": convention,
         "backend": backend,
     }
@@ -225,6 +230,13 @@ def _stashes(spec, b: int, t: int, sp: bool, precision: str, rc: str, convention
     return (act.layer_activation_bytes(s, b, h, a, t, sp, dropout, vb, rc, attention, ffn),
             act.embedding_stash_bytes(s, b, h, dropout), act.head_stash_bytes(s, b, h, vocab, t, sp, vb),
             act.recompute_working_bytes(s, b, h, a, t, sp, dropout, vb, rc, attention, ffn))
+
+
+def rank_spans(cfg: Config) -> tuple[Span, ...]:
+    """The :class:`~distperf.cost.stage.Span` of each pipeline rank of ``cfg`` (its partition, else the uniform
+    one)."""
+    lay = cfg.layout
+    return _spans(lay.partition or _uniform(cfg.model.layers, lay.pp * lay.chunks), lay.pp, lay.chunks)[0]
 
 
 @lru_cache(maxsize=4096)

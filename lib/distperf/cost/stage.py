@@ -39,6 +39,7 @@ from typing import NamedTuple
 from ..config import Layout, ModelSpec, Training
 from ..hardware import Hardware
 from . import flops as fl
+from . import kernels as kn
 from . import parameters as par
 from .communication import Traffic, data_parallel, data_parallel_traffic, pipeline, tensor_parallel
 from .model_states import fsdp_shard_elements, greedy_partition_max, state_bytes, zero_partition_loads
@@ -176,8 +177,14 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
 
     With profiled ``times`` (((f, b) layer, (f, b) embedding, (f, b) head) seconds of one microbatch on one
     device), as profiling-based predictors do: L/t·(f + b + recomputed share·f) + the ends' f + b, the
-    recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops."""
+    recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops.
+
+    With the hardware's measured ``kernels`` (and no profiled times): the kernels one microbatch launches on the
+    rank, each at its measured time (:func:`kernel_classes`)."""
     b, s, h, ffn, t, rc = lay.micro_batch, spec.seq, spec.hidden, spec.ffn, lay.tp, lay.recompute
+    if times is None and hw.kernels is not None:
+        classes = kernel_classes(spec, lay, tr, hw.kernels, span)
+        return Compute(forward=sum(f for f, _ in classes.values()), backward=sum(b for _, b in classes.values()))
     if times is not None:
         (layer_f, layer_b), (embed_f, embed_b), (head_f, head_b) = times
         recomputed = fl.recompute_forward_flops(b, s, h, ffn, rc) / fl.layer_forward_flops(b, s, h, ffn)
@@ -192,11 +199,58 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
                    backward=(2 * forward + span.layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t) / rate)
 
 
-def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter: tuple[int, int, int]) -> float:
-    """One optimizer step, memory-bound: it reads the gradient and both moments and writes the moments and the
-    parameters of the elements it owns, (g + 2·o + 2·p) bytes each, over the memory bandwidth."""
+def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelCosts, span: Span) -> dict:
+    """{class: (forward, backward)} seconds of one microbatch on the rank, from measured kernel times
+    (:mod:`distperf.cost.kernels`): its layers, its ends, and one backward pass's start."""
+    mixed, dropout = tr.precision == "mixed", spec.dropout > 0
+    layer = kn.layer(costs, lay.micro_batch, spec.seq, spec.hidden, spec.heads, spec.ffn, lay.tp, lay.sequence_parallel,
+                     spec.arch == "gpt", spec.attention == "sdpa" and not dropout, dropout, lay.recompute, mixed)
+    ends = kn.ends(costs, lay.micro_batch, spec.seq, spec.hidden, spec.vocab, span.first, span.last, dropout, mixed)
+    out = {c: (span.layers * layer[c][0] + ends[c][0], span.layers * layer[c][1] + ends[c][1]) for c in kn.CLASSES}
+    wrapped = 0.0  # forward + backward of the wrappers, split 1 : 2 as the work they wrap
+    if lay.tp > 1:
+        wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
+    if lay.zero >= 2 and lay.dp > 1:
+        wrapped += (span.layers + 1) * costs.fsdp_unit_s  # a unit per layer and the root
+    f, b = out["framework"]
+    out["framework"] = (f + wrapped / 3, b + 2 * wrapped / 3 + costs.backward_call_s)
+    return out
+
+
+def wrapper_step(costs: kn.KernelCosts, lay: Layout, span: Span, tensors: tuple) -> float:
+    """What the parallel wrappers add to a step outside the microbatches: DDP's per-step cost (ZeRO 0/1), and
+    Adam's extra per DTensor parameter — every tensor under FSDP2, the linear layers' 8 per layer under tensor
+    parallelism (their LayerNorms' 4 too, and the final LayerNorm's 2, with sequence parallelism)."""
+    extra = costs.ddp_step_s if lay.dp > 1 and lay.zero < 2 else 0.0
+    if lay.zero >= 2 and lay.dp > 1:
+        dtensors = sum(count for count, _, _ in tensors)
+    elif lay.tp > 1:
+        dtensors = span.layers * (12 if lay.sequence_parallel else 8) + (2 if lay.sequence_parallel and span.last
+                                                                           else 0)
+    else:
+        dtensors = 0
+    return extra + dtensors * costs.adam_dtensor_tensor_s
+
+
+def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter: tuple[int, int, int],
+                   tensors: tuple = (), dp: int = 1, wrappers: float = 0.0) -> float:
+    """One optimizer step. With measured kernels (:func:`distperf.cost.kernels.adam_step`): Adam's loop over the
+    ``tensors`` ((count, dim 0, elements), …) the rank updates — ZeRO-1 a share owned/parameters of them, ZeRO-2/3
+    each cut in dp shards — plus the step's fixed Python and the parallel ``wrappers``' per-step cost
+    (:func:`wrapper_step`). Otherwise memory-bound: it reads the gradient and both
+    moments and writes the moments and the parameters of the elements it owns, (g + 2·o + 2·p) bytes each, over the
+    memory bandwidth."""
+    costs = hw.kernels
+    if costs is not None and costs.adam and tensors:
+        if states.units:  # FSDP2: every tensor cut along dim 0 into dp shards
+            owned = tuple((count, -(-numel // dp)) for count, _, numel in tensors)
+        else:
+            share = states.owned / states.parameters if states.parameters else 1.0
+            owned = tuple((count * share, numel) for count, _, numel in tensors)
+        return kn.adam_step(costs, owned) + costs.step_s + wrappers
     pb, gb, ob = state_bytes_per_parameter
-    return states.owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth
+    return states.owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth + (costs.step_s + wrappers if costs is not None
+                                                                        else 0.0)
 
 
 def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, bucket_bytes: float,
@@ -227,11 +281,21 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
                       compute=work.forward + work.backward, exposed=exposed,
                       drain=work.backward + tp.backward + pp.send_time,
                       step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
-                      optimizer=optimizer_time(hw, states, state_bytes(tr, convention)),
+                      optimizer=_optimizer(spec, lay, tr, hw, span, states, convention),
                       data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic,
                       step_bytes=(d.step, t.step, p.step, d.wire_step, t.wire_step, p.wire_step),
                       microbatch_bytes=(d.microbatch, t.microbatch, p.microbatch, d.wire_microbatch,
                                         t.wire_microbatch, p.wire_microbatch))
+
+
+def _optimizer(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, states: ModelStates,
+               convention: str) -> float:
+    if hw.kernels is None:
+        return optimizer_time(hw, states, state_bytes(tr, convention))
+    tensors = _rank_tensors(spec, lay.tp, span, par.head_parameters(spec.hidden, spec.vocab, spec.tied, lay.pp)
+                            > 2 * spec.hidden)
+    return optimizer_time(hw, states, state_bytes(tr, convention), tensors, lay.dp,
+                          wrapper_step(hw.kernels, lay, span, tensors))
 
 
 _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}

@@ -31,6 +31,11 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   ``inter_*``: the same (one machine has no link between nodes); ``devices_per_node``: CPU cores (a CPU
   rank is a "device") or GPUs.
 
+- ``kernels`` (CPU): the kernel microbenchmarks of :mod:`distperf.measure.kernels` (the time of a linear layer,
+  fused attention, each memory-bound operator by size, a view, a module call, a backward's start, Adam per
+  tensor), and ``step_s``, the trainer's fixed Python per step, fitted on the ``tiny`` preset
+  (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``).
+
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
 """
 from __future__ import annotations
@@ -358,6 +363,14 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
     copy = copy_bandwidth((32 if quick else 256) * 2**20, dev, min_run)
     log("layer times")
     layers = [row for m in models for row in layer_times(m, micro_batches, dev, min_run)]
+    kernels, step_fit = None, None
+    if dev.type == "cpu":
+        from .kernels import fit_step_overhead, kernel_costs
+
+        kernels = kernel_costs(quick, log)
+        log("kernels: the step's fixed Python, fitted on the tiny preset")
+        step_fit = fit_step_overhead(kernels, steps=4 if quick else 12)
+        kernels["step_s"] = step_fit["step_s"]
     log(f"collectives on 2..{ranks} ranks")
     if ranks < 2:
         from ..config import ConfigError
@@ -369,18 +382,23 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
 
     best = {d: max((r["flops_per_s"] for r in gemm if r["dtype"] == d), default=None) for d in ("float32", "bfloat16")}
     ar = fits["all-reduce"]["all"]
+    from ..cost.kernels import KernelCosts
+
     hw = Hardware(name=f"calibrated-{machine_slug(device)}", flops_fp32=best["float32"],
                   flops_16bit=best["bfloat16"] or best["float32"], memory_bandwidth=copy["bytes_per_s"],
                   memory_capacity=float(physical_memory(dev)), intra_bandwidth=ar["beta"], intra_latency=ar["alpha"],
                   inter_bandwidth=ar["beta"], inter_latency=ar["alpha"],
-                  devices_per_node=torch.cuda.device_count() if dev.type == "cuda" else (os.cpu_count() or 1))
+                  devices_per_node=torch.cuda.device_count() if dev.type == "cuda" else (os.cpu_count() or 1),
+                  kernels=KernelCosts.from_dict(kernels) if kernels else None)
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "gemm": gemm, "copy": copy, "layers": layers,
-               "collectives": comm, "fits": fits,
+               "collectives": comm, "fits": fits, "step_fit": step_fit,
                "profile_from": {"flops_fp32": "max gemm float32", "flops_16bit": "max gemm bfloat16 (else float32)",
                                 "memory_bandwidth": "copy", "memory_capacity": "physical memory",
                                 "intra_latency": "fits.all-reduce.all.alpha", "intra_bandwidth": "fits.all-reduce.all.beta",
-                                "inter_*": "the same as intra_*"}}
+                                "inter_*": "the same as intra_*",
+                                "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
+                                           "step_fit, on the tiny preset"}}
     return hw, sidecar
 
 

@@ -1,0 +1,235 @@
+"""Compute time from the kernels a step launches, each priced by a microbenchmark of its own shape: the analytical
+time model of a machine whose small operators do not run at the best matrix-product rate (chapter "Where the time
+goes", section "The kernel time model").
+
+FLOPs over one peak rate (:mod:`distperf.cost.flops`) prices a step as if every matrix product ran as fast as the
+largest square one and nothing else took time. On a CPU core, and for the small models the book trains, a step
+is instead a few hundred kernels, each with a fixed cost, most far from the peak rate. Here one microbatch's forward
+and backward on a rank is the sum over the kernels it launches, in four classes (those of
+:mod:`distperf.measure.breakdown`):
+
+- **matrix products**: each linear layer (m tokens, k inputs, n outputs) at the time of the square linear layer of
+  n_eff = (m·n·k)^(1/3), read from the table ``linear_<dtype>`` (log-log interpolation; beyond its largest size,
+  time ∝ n_eff³); one ``addmm`` forward, two ``mm`` and the bias's sum backward;
+- **attention**: the fused kernel, a call's fixed cost + (batch × heads) × the time per head, both read from the
+  table ``attention`` over (causal, s, d) (bilinear in log s, log d; beyond the table, time per head ∝ s²·d); the
+  unfused form (``math``, or dropout on the probabilities) as two batched matrix products, a softmax and, with
+  dropout, a dropout over a·s² values per sequence;
+- **other operators**: LayerNorm, GELU, the residual additions, the copy that gathers the heads, cross-entropy and
+  the embedding lookups, each at the time of its kind at its number of elements (table ``elementwise``), and
+  each view (``view``) — memory-bound work and each operator's fixed cost;
+- **framework**: Python's cost of each ``nn.Module`` call (``module_call_s``), the autograd engine's start of
+  each backward pass (``backward_call_s``) and the trainer's fixed Python per step (``step_s``: the one constant
+  not measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every
+  validation), and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel
+  layer's DTensor dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``)
+  per microbatch, DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter
+  (``adam_dtensor_tensor_s``).
+
+The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
+size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
+calibrate`` writes them into the hardware profile's ``kernels``); nothing is fitted on a run.
+
+Pure Python: prices are cached per (costs, shape), so a sweep pays each once.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+
+CLASSES = ("matrix_products", "attention", "other_operators", "framework")
+WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s")
+MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
+VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
+
+
+@dataclass(frozen=True)
+class KernelCosts:
+    """Measured kernel times of one machine at one thread count (seconds; :mod:`distperf.measure.kernels`)."""
+
+    linear_fp32: tuple  # ((n, forward_s, backward_s), …): F.linear of n×n by n×n with bias, fp32
+    linear_bf16: tuple  # the same in bf16 (mixed precision); () where not measured
+    attention: tuple  # ((causal, s, d, forward_call_s, forward_per_head_s, backward_call_s, backward_per_head_s), …)
+    elementwise: tuple  # ((kind, elements, forward_s, backward_s), …), kinds of measure.kernels.ELEMENTWISE
+    view: tuple  # (forward_s, backward_s) of one view
+    module_call_s: float  # one nn.Module call's Python
+    backward_call_s: float  # a backward pass's start in the autograd engine
+    adam: tuple  # ((elements, seconds per tensor), …): one Adam step per tensor
+    step_s: float = 0.0  # the trainer's fixed Python per step, fitted on the tiny preset (calibrate), not a kernel
+    # what torch's parallel wrappers add, beyond kernels and collectives (measure.kernels.wrapper_times)
+    tp_layer_s: float = 0.0  # one tensor-parallel layer's forward + backward (DTensor's dispatch)
+    tp_sp_layer_s: float = 0.0  # the same with sequence parallelism
+    fsdp_unit_s: float = 0.0  # one FSDP2 unit's forward + backward (hooks, all-gather copy-in/out)
+    ddp_step_s: float = 0.0  # DDP's hooks and bucket bookkeeping, per step
+    adam_dtensor_tensor_s: float = 0.0  # Adam's step on a DTensor parameter beyond a plain one
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
+
+    def __hash__(self) -> int:
+        """Hashed once: the cost model caches on the hardware, kernels included."""
+        return self._hash
+
+    @classmethod
+    def from_dict(cls, data: dict) -> KernelCosts:
+        """From the JSON of a hardware profile's ``kernels`` (lists become tuples); KeyError/TypeError/ValueError on
+        a malformed one (:func:`distperf.hardware.load_profile` turns them into one message)."""
+        out = cls(linear_fp32=_rows(data["linear_fp32"]), linear_bf16=_rows(data.get("linear_bf16", ())),
+                  attention=_rows(data["attention"]), elementwise=_rows(data["elementwise"]),
+                  view=tuple(float(x) for x in data["view"]), module_call_s=float(data["module_call_s"]),
+                  backward_call_s=float(data["backward_call_s"]), adam=_rows(data["adam"]),
+                  step_s=float(data.get("step_s", 0.0)),
+                  **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
+        numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
+        numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
+        numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s,
+                    *(getattr(out, k) for k in WRAPPERS)]
+        if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
+                isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
+                for x in numbers):
+            raise ValueError("every kernel time must be a finite number ≥ 0, and the linear, attention and adam "
+                             "tables must not be empty")
+        return out
+
+    def to_dict(self) -> dict:
+        """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in WRAPPERS}
+        out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}
+        return out
+
+    def without(self, *terms: str) -> KernelCosts:
+        """A copy without some terms, for the ablation: ``optimizer`` (Adam back to bytes over bandwidth),
+        ``framework`` (module calls, backward starts, the step's Python and the parallel wrappers free)."""
+        changes = {}
+        if "optimizer" in terms:
+            changes["adam"] = ()
+        if "framework" in terms:
+            changes.update(module_call_s=0.0, backward_call_s=0.0, step_s=0.0, **dict.fromkeys(WRAPPERS, 0.0))
+        return replace(self, **changes)
+
+
+def _rows(value) -> tuple:
+    return tuple(tuple(row) for row in value)
+
+
+def loglog(table: tuple, x: float, power: float = 1.0) -> float:
+    """y at x from ((x, y), …) sorted by x: log-log interpolation; below the table its first y (the fixed cost
+    dominates), above it the last y × (x / last x)^power."""
+    xs = [row[0] for row in table]
+    if x <= xs[0]:
+        return table[0][1]
+    if x >= xs[-1]:
+        return table[-1][1] * (x / xs[-1]) ** power
+    i = bisect.bisect_right(xs, x)
+    (x0, y0), (x1, y1) = table[i - 1], table[i]
+    if y0 <= 0 or y1 <= 0:
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    w = math.log(x / x0) / math.log(x1 / x0)
+    return math.exp(math.log(y0) * (1 - w) + math.log(y1) * w)
+
+
+@lru_cache(maxsize=1 << 14)
+def linear(costs: KernelCosts, m: int, n: int, k: int, mixed: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of a linear layer of m tokens, k inputs, n outputs."""
+    table = costs.linear_bf16 if mixed and costs.linear_bf16 else costs.linear_fp32
+    size = (m * n * k) ** (1 / 3)
+    return (loglog(tuple((r[0], r[1]) for r in table), size, 3.0),
+            loglog(tuple((r[0], r[2]) for r in table), size, 3.0))
+
+
+@lru_cache(maxsize=1 << 14)
+def elementwise(costs: KernelCosts, kind: str, elements: float) -> tuple[float, float]:
+    """(forward, backward) seconds of one operator of ``kind`` over ``elements`` values."""
+    rows = [r for r in costs.elementwise if r[0] == kind]
+    return (loglog(tuple((r[1], r[2]) for r in rows), elements),
+            loglog(tuple((r[1], r[3]) for r in rows), elements))
+
+
+@lru_cache(maxsize=1 << 12)
+def attention(costs: KernelCosts, causal: bool, heads: int, s: int, d: int) -> tuple[float, float]:
+    """(forward, backward) seconds of one fused attention call over ``heads`` (batch × heads) of s positions and
+    head size d: call + heads × per head, each bilinear in (log s, log d) over the table's grid."""
+    rows = [r for r in costs.attention if bool(r[0]) == causal] or list(costs.attention)
+    out = []
+    for call_i, head_i in ((3, 4), (5, 6)):
+        by_s = {}
+        for r in rows:
+            by_s.setdefault(r[1], []).append((r[2], r[head_i], r[call_i]))
+        s_table_head, s_table_call = [], []
+        for s_i in sorted(by_s):
+            cells = sorted(by_s[s_i])
+            s_table_head.append((s_i, loglog(tuple((c[0], c[1]) for c in cells), d)))
+            s_table_call.append((s_i, loglog(tuple((c[0], c[2]) for c in cells), d)))
+        out.append(loglog(tuple(s_table_call), s, 0.0) + heads * loglog(tuple(s_table_head), s, 2.0))
+    return out[0], out[1]
+
+
+def _add(total: dict, cls: str, pair: tuple[float, float], count: float = 1.0) -> None:
+    f, b = total[cls]
+    total[cls] = (f + count * pair[0], b + count * pair[1])
+
+
+@lru_cache(maxsize=1 << 12)
+def layer(costs: KernelCosts, b: int, s: int, h: int, a: int, ffn: int, t: int, sp: bool, causal: bool,
+          fused: bool, dropout: bool, recompute: str, mixed: bool) -> dict:
+    """{class: (forward, backward)} seconds of one Transformer layer (:class:`distperf.model.Block`) on one
+    tensor-parallel rank for one microbatch of b sequences; recomputation adds to backward the forward it repeats
+    (the whole layer, or the attention core)."""
+    m, d, heads = b * s, h // a, b * (a // t)
+    out = dict.fromkeys(CLASSES, (0.0, 0.0))
+    for n, k in ((3 * h // t, h), (h, h // t), (ffn // t, h), (h, ffn // t)):
+        _add(out, "matrix_products", linear(costs, m, n, k, mixed))
+    if fused:
+        core = attention(costs, causal, heads, s, d)
+        _add(out, "attention", core)
+    else:  # QKᵀ and probabilities × V as batched products, the softmax, [the dropout on the probabilities]
+        scores = heads * s * s
+        product = linear(costs, heads * s, s, d, mixed)
+        _add(out, "matrix_products", product, 2)
+        core = (2 * product[0], 2 * product[1])
+        for kind in ("layer_norm", "add") + (("add",) if dropout else ()):  # softmax ≈ a row norm; scale, mask
+            pair = elementwise(costs, kind, scores)
+            _add(out, "other_operators", pair)
+            core = (core[0] + pair[0], core[1] + pair[1])
+    width = m * h / (t if sp else 1)  # the residual stream on this rank
+    for kind, elements, count in (("layer_norm", width, 2), ("add", width, 2), ("gelu", m * ffn / t, 1),
+                                  ("copy", m * h / t, 1)) + ((("add", width, 2),) if dropout else ()):
+        _add(out, "other_operators", elementwise(costs, kind, elements), count)
+    _add(out, "other_operators", tuple(costs.view), VIEWS_PER_LAYER)
+    _add(out, "framework", (costs.module_call_s, 0.0), MODULES_PER_LAYER)
+    if recompute == "full":
+        for cls in CLASSES:
+            f, bwd = out[cls]
+            out[cls] = (f, bwd + f)
+    elif recompute == "selective":
+        _add(out, "attention" if fused else "matrix_products", (0.0, core[0]))
+    return out
+
+
+@lru_cache(maxsize=1 << 12)
+def ends(costs: KernelCosts, b: int, s: int, h: int, vocab: int, first: bool, last: bool, dropout: bool,
+         mixed: bool) -> dict:
+    """{class: (forward, backward)} of the embeddings (``first``: token and position lookups, their sum, the
+    dropout) and of the final LayerNorm, head and loss (``last``); the head is replicated over tensor-parallel
+    ranks, so every one computes it."""
+    m = b * s
+    out = dict.fromkeys(CLASSES, (0.0, 0.0))
+    if first:
+        _add(out, "other_operators", elementwise(costs, "embedding", m * h), 2)
+        _add(out, "other_operators", elementwise(costs, "add", m * h), 2 if dropout else 1)
+        _add(out, "framework", (costs.module_call_s, 0.0), 3)
+    if last:
+        _add(out, "matrix_products", linear(costs, m, vocab, h, mixed))
+        _add(out, "other_operators", elementwise(costs, "layer_norm", m * h))
+        _add(out, "other_operators", elementwise(costs, "cross_entropy", m * vocab))
+        _add(out, "other_operators", tuple(costs.view), 2)
+        _add(out, "framework", (costs.module_call_s, 0.0), 2)
+    return out
+
+
+def adam_step(costs: KernelCosts, tensors) -> float:
+    """Seconds of one Adam step over ``tensors`` ((count, elements), …): the per-tensor loop."""
+    table = tuple((r[0], r[1]) for r in costs.adam)
+    return sum(count * loglog(table, elements) for count, elements in tensors)
