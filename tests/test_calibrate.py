@@ -56,10 +56,19 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(tmp_path, capsys)
     assert parts == {("layer", 1), ("embedding", 1), ("head", 1)}
     assert all(r["forward_s"] > 0 and r["backward_s"] >= 0 for r in side["layers"])
 
+    # the kernel time model's constants: measured tables, the wrappers, and the one fit, on the tiny preset
+    k = hw.kernels
+    assert k is not None and len(k.linear_fp32) == 4 and len(k.attention) == 2 * 2 * 2 and len(k.adam) == 6
+    assert all(r[1] > 0 and r[2] > 0 for r in k.linear_fp32)
+    assert k.tp_layer_s > 0 and k.fsdp_unit_s > 0 and k.module_call_s > 0
+    assert k.step_s == side["step_fit"]["step_s"]
+    assert {r["model"] for r in side["step_fit"]["rows"]} == {"tiny"}
+
     capsys.readouterr()
     assert cli(["predict", "--model", "tiny", "--dp", "2", "--hardware", str(out), "--json"]) == 0
     prediction = json.loads(capsys.readouterr().out)
     assert prediction["hardware"] == hw.name and prediction["time_s"]["iteration"] > 0
+    assert prediction["compute_from"] == "kernels"
 
 
 @pytest.mark.parametrize("argv, field", [

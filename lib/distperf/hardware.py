@@ -13,7 +13,8 @@ an ideal lower bound on time.
 A profile file is a JSON object with exactly the fields of :class:`Hardware` (``flops_efficiency`` and
 ``kernels`` optional); ``python -m distperf calibrate`` writes one for this machine. ``kernels``
 (:class:`distperf.cost.kernels.KernelCosts`: the measured time of each kind of kernel by shape) switches the
-compute term from FLOPs over one rate to the kernels a step launches; the presets have none.
+compute term from FLOPs over one rate to the kernels a step launches; ``collectives`` ([kind, α, β] rows) times
+each kind of collective inside a node with its own fit; the presets have neither.
 """
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ class Hardware:
     devices_per_node: int
     flops_efficiency: float = 1.0  # achieved / peak for the model's matrix products
     kernels: KernelCosts | None = None  # measured kernel times by shape (calibrate), else FLOPs over the rate
+    collectives: tuple = ()  # ((kind, α s, β bytes/s), …): each collective as a step issues it, inside a node
+    collectives_on: tuple = ()  # (intra_latency, intra_bandwidth) of the calibration the fits belong to
 
     def __post_init__(self):
         # the cost model caches per hardware: hash the fields once, not on every lookup
@@ -64,6 +67,16 @@ class Hardware:
         if group_span <= self.devices_per_node:
             return self.intra_latency, self.intra_bandwidth
         return self.inter_latency, self.inter_bandwidth
+
+    def fitted(self, kind: str, group_span: int) -> tuple[float, float] | None:
+        """(α, β) fitted for collectives of ``kind`` inside a node by calibration, on the ring algorithm's steps and
+        volume (:func:`distperf.measure.calibrate.ring_terms`), or None: none fitted, a group across nodes, or a
+        profile whose intra-node link is no longer the one of the calibration (``collectives_on``)."""
+        if not self.collectives or group_span > self.devices_per_node:
+            return None
+        if tuple(self.collectives_on) != (self.intra_latency, self.intra_bandwidth):
+            return None
+        return next(((a, b) for k, a, b in self.collectives if k == kind), None)
 
 
 def _gpu(name, fp32_tflops, bf16_tflops, hbm_gbs, capacity_gib, nvlink_gbs, nic_gbs, per_node=8):
@@ -105,7 +118,8 @@ def load_profile(path: str | Path) -> Hardware:
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError("hardware", f"{path}: unknown field(s) {', '.join(unknown)}")
-    missing = [n for n, f in known.items() if n not in data and n not in ("name", "flops_efficiency", "kernels")]
+    missing = [n for n, f in known.items()
+               if n not in data and n not in ("name", "flops_efficiency", "kernels", "collectives", "collectives_on")]
     if missing:
         raise ConfigError("hardware", f"{path}: missing field(s) {', '.join(missing)}")
     values = {"name": str(data.get("name", path.stem))}
@@ -116,8 +130,22 @@ def load_profile(path: str | Path) -> Hardware:
             values["kernels"] = KernelCosts.from_dict(data["kernels"])
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             raise ConfigError("hardware", f"{path}: kernels is malformed ({e.__class__.__name__}: {e})") from None
+    if data.get("collectives"):
+        rows = data["collectives"]
+        if not isinstance(rows, list) or not all(
+                isinstance(r, list) and len(r) == 3 and isinstance(r[0], str) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+                    for x in r[1:]) for r in rows):
+            raise ConfigError("hardware", f"{path}: collectives must be a list of [kind, alpha, beta] with positive "
+                                          "finite numbers")
+        values["collectives"] = tuple((r[0], float(r[1]), float(r[2])) for r in rows)
+        link = data.get("collectives_on")
+        if not (isinstance(link, list) and len(link) == 2 and all(isinstance(x, (int, float)) for x in link)):
+            raise ConfigError("hardware", f"{path}: collectives_on must be [intra_latency, intra_bandwidth] of the "
+                                          "calibration the collectives were fitted with")
+        values["collectives_on"] = (float(link[0]), float(link[1]))
     for name in known:
-        if name in ("name", "kernels") or name not in data:
+        if name in ("name", "kernels", "collectives", "collectives_on") or name not in data:
             continue
         value = data[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -133,6 +161,8 @@ def load_profile(path: str | Path) -> Hardware:
 def save_profile(hw: Hardware, path: str | Path) -> None:
     data = {f.name: getattr(hw, f.name) for f in fields(Hardware)}
     data["kernels"] = hw.kernels.to_dict() if hw.kernels is not None else None
+    data["collectives"] = [list(row) for row in hw.collectives]
+    data["collectives_on"] = list(hw.collectives_on)
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 

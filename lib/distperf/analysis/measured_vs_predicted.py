@@ -23,9 +23,12 @@ ERROR_TABLE_FORMAT = {"measured": "{:.3g}", "predicted": "{:.3g}", "signed error
 
 def hardware_line(hw) -> str:
     """The link and compute figures of a hardware profile: 'α = … µs, β = … GB/s, … GFLOP/s' (latency α and
-    bandwidth β of the intra-node link, the fp32 peak times the profile's efficiency)."""
+    bandwidth β of the intra-node link, the fp32 peak times the profile's efficiency), and, where the profile has
+    measured kernels, that compute is priced by them (chapter "Where the time goes")."""
+    kernels = ("; compute priced kernel by kernel from the profile's microbenchmarks (the kernel time model)"
+               if getattr(hw, "kernels", None) is not None else "")
     return (f"α = {hw.intra_latency * 1e6:.0f} µs, β = {hw.intra_bandwidth / 1e9:.2f} GB/s, "
-            f"{hw.flops_fp32 * hw.flops_efficiency / 1e9:.0f} GFLOP/s")
+            f"{hw.flops_fp32 * hw.flops_efficiency / 1e9:.0f} GFLOP/s{kernels}")
 
 
 def memory_kind(peak: bool) -> str:

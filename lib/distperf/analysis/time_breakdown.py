@@ -2,8 +2,9 @@
 (:mod:`distperf.measure.breakdown`, one profiled step per run, the slowest rank) beside the cost model's terms.
 
 - :func:`per_configuration`: one row per configuration of the timed experiments (:data:`EXPERIMENTS`, those of
-  the noise floor) that measured a breakdown: its strategy, the measured classes as fractions of the profiled step,
-  and the predicted terms (compute, exposed communication, bubble) as fractions of the measured iteration;
+  the noise floor and the two regimes) that measured a breakdown: its strategy, the measured classes as fractions of
+  the profiled step, and the predicted terms (in the same classes with a profile's measured kernels, else compute,
+  exposed communication and bubble) as fractions of the measured iteration;
 - :func:`by_strategy`: the means of those per strategy; :func:`styled`: as the book shows it;
 - :func:`draw`: measured and predicted bars per strategy;
 - :func:`largest_share`, :func:`compute_coverage`, :func:`framework_range`, :func:`fidelity`: the sentences;
@@ -18,7 +19,10 @@ import pandas as pd
 
 from ..measure.breakdown import CLASSES
 from . import rows
-from .noise import EXPERIMENTS, strategy  # noqa: F401 (EXPERIMENTS: the tables the chapter reads)
+from . import noise
+from .noise import strategy
+
+EXPERIMENTS = noise.EXPERIMENTS + ("regimes",)  # the timed experiments on this machine's links, and the two regimes
 
 PREFIX = "time_breakdown_s."
 PREDICTED = ("compute", "communication_exposed", "bubble")

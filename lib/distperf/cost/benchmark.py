@@ -4,8 +4,8 @@ planner is: ``python -m distperf.cost.benchmark --planner`` (2240-layer GPT on 1
 Builds a grid of valid configurations (models from the presets × dp × tp × pp × schedule × microbatches
 × ZeRO stage × recomputation × precision), then times :func:`distperf.cost.predict` over the first N of
 them in grid order (as a sweep visits them) or shuffled, validation included, and prints configurations per second of CPU time (what the code costs) and
-of wall-clock time (what a busy machine gives). A benchmark, not a test: nothing
-asserts on the number.
+of wall-clock time (what a busy machine gives); ``--hardware FILE`` times it on a calibrated profile, whose measured
+kernels switch on the kernel time model. A benchmark, not a test: nothing asserts on the number.
 """
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shuffle", action="store_true",
                         help="evaluate in a random order (seeded), so that consecutive configurations share less "
                              "of what the cost model caches")
+    parser.add_argument("--hardware", default="A100-80GB",
+                        help="a preset or a profile file (one with measured kernels times the kernel time model)")
     parser.add_argument("--planner", action="store_true",
                         help="time the planner instead: 2bw-gpt-28.3b (2240 layers) on 1024 V100-16GB, 8 per node, "
                              "25 Gbit/s per node, global batch 2048, from cold caches (best and median of 5)")
@@ -60,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     configs = grid(args.count)
     if args.shuffle:
         random.Random(0).shuffle(configs)
-    hw = PRESETS["A100-80GB"]
+    from ..hardware import hardware
+
+    hw = hardware(args.hardware)
     wall, cpu = time.perf_counter(), time.process_time()
     for cfg in configs:
         predict(cfg, hw)

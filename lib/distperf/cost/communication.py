@@ -82,6 +82,14 @@ def activation_message(spec: ModelSpec, lay: Layout, tr: Training, convention: s
     return lay.micro_batch * spec.seq * spec.hidden * value / (lay.tp if lay.sequence_parallel else 1)
 
 
+def _link(hw: Hardware, kind: str, group_span: int, backend: str) -> tuple[float, float, str]:
+    """(α, β, algorithms) for a collective of ``kind`` over ``group_span`` devices: the calibration's fit for this kind
+    where the profile has one (:meth:`distperf.hardware.Hardware.fitted`; fitted on the ring's steps and volume, so
+    timed with them), else the link's α-β and the backend's algorithms."""
+    fit = hw.fitted(kind, group_span)
+    return (*fit, "nccl") if fit is not None else (*hw.link(group_span), backend)
+
+
 def _volume(kind: str, message: float, n: int, calls: float, element: int) -> tuple[float, float]:
     """(algorithmic, gloo wire) bytes of ``calls`` collectives of ``kind`` on ``message`` bytes over n ranks."""
     return (calls * sent_bytes(kind, message, n),
@@ -109,7 +117,7 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
     t = lay.tp
     if t == 1:
         return NO_TENSOR_PARALLEL
-    link, n, elements = hw.link(t), span.layers, lay.micro_batch * spec.seq * spec.hidden
+    n, elements = span.layers, lay.micro_batch * spec.seq * spec.hidden
     if convention == "paper":
         value = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[0]
         forward_value = backward_value = gather_value = value
@@ -136,7 +144,7 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
         seconds = 0.0
         for kind, value, calls in phase:
             if calls:
-                seconds += calls * collective_time(kind, elements * value, t, *link, backend)
+                seconds += calls * collective_time(kind, elements * value, t, *_link(hw, kind, t, backend))
                 a, w = _volume(kind, elements * value, t, calls, value)
                 algorithmic, wire = algorithmic + a, wire + w
         times.append(seconds)
@@ -145,7 +153,7 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
         uses = ADAM_GRADIENT_USES if tr.optimizer == "adam" else 1
         norms = uses * (2 * n + (1 if span.last else 0)) * 2  # weight and bias of each LayerNorm
         step, wire_step = _volume("all-reduce", spec.hidden * 4, t, norms, 4)
-        step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *link, backend)
+        step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *_link(hw, "all-reduce", t, backend))
     return TensorParallelTerms(time=times[0] + times[1], backward=times[1], step_exposed=step_exposed,
                                traffic=Traffic(step=step, microbatch=algorithmic, wire_step=wire_step,
                                                wire_microbatch=wire))
@@ -160,9 +168,9 @@ def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     if p == 1:
         return NO_PIPELINE
     message = activation_message(spec, lay, tr, convention)
-    link = hw.link(t * dp * p)
+    group = t * dp * p
     sends = 2 * lay.chunks - span.first - span.last
-    send_time = collective_time("send", message, 2, *link)
+    send_time = collective_time("send", message, 2, *_link(hw, "send", group, backend))
     step = wire_step = step_exposed = 0.0
     if spec.tied and (span.first or span.last):
         rows = spec.vocab
@@ -170,7 +178,7 @@ def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
             rows = -(-rows // dp)
         gradient = rows * spec.hidden * state_bytes(tr, convention)[1]
         step, wire_step = _volume("all-reduce", gradient, 2, 1, 4)
-        step_exposed = collective_time("all-reduce", gradient, 2, *link, backend)
+        step_exposed = collective_time("all-reduce", gradient, 2, *_link(hw, "all-reduce", group, backend))
     return PipelineTerms(sends=sends, send_time=send_time, step_exposed=step_exposed,
                          traffic=Traffic(step=step, microbatch=sends * message, wire_step=wire_step,
                                          wire_microbatch=sends * message))
@@ -240,24 +248,27 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
         return NO_DATA_PARALLEL
     traffic = data_parallel_traffic(lay, tr, states, convention) if traffic is None else traffic
     pb, gb, _ = state_bytes(tr, convention)
-    params, link = states.parameters, hw.link(lay.tp * dp)
+    params, group = states.parameters, lay.tp * dp
     grads = params * gb
     exposed_step = exposed_microbatch = 0.0
     if zero == 0 or (zero == 1 and convention != "paper"):
+        *link, algorithms = _link(hw, "all-reduce", group, backend)
         exposed_step = bucketed_exposed_time(grads, bucket_bytes, work.backward, "all-reduce", dp, *link,
-                                             backend=backend)
+                                             backend=algorithms)
         if zero == 1:
-            exposed_step += _broadcasts_time(states, dp, pb, link, backend)
+            exposed_step += _broadcasts_time(states, dp, pb, hw.link(group), backend)
     elif zero == 1:
+        *link, algorithms = _link(hw, "reduce-scatter", group, backend)
         exposed_step = (bucketed_exposed_time(grads, bucket_bytes, work.backward, "reduce-scatter", dp, *link,
-                                              backend=backend)
-                        + collective_time("all-gather", params * pb, dp, *link, backend))
+                                              backend=algorithms)
+                        + collective_time("all-gather", params * pb, dp, *_link(hw, "all-gather", group, backend)))
     else:
         gathered = params if convention == "paper" else dp * states.owned
-        gather = collective_time("all-gather", gathered * pb, dp, *link, backend)
+        gather = collective_time("all-gather", gathered * pb, dp, *_link(hw, "all-gather", group, backend))
         layer = max((shard for count, shard in states.units if count), default=0)
+        *link, algorithms = _link(hw, "reduce-scatter", group, backend)
         reduction = bucketed_exposed_time(gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp,
-                                          *link, backend=backend)
+                                          *link, backend=algorithms)
         exposed_microbatch = max(0.0, gather - work.forward) + (max(0.0, gather - work.backward) if zero == 3 else 0)
         if convention == "paper":
             exposed_microbatch += reduction

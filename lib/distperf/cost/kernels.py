@@ -26,6 +26,10 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   per microbatch, DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter
   (``adam_dtensor_tensor_s``).
 
+**Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
+products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
+``contention_memory`` times their time alone (both measured with every rank running the same kernel at once).
+
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
 calibrate`` writes them into the hardware profile's ``kernels``); nothing is fitted on a run.
@@ -64,6 +68,9 @@ class KernelCosts:
     fsdp_unit_s: float = 0.0  # one FSDP2 unit's forward + backward (hooks, all-gather copy-in/out)
     ddp_step_s: float = 0.0  # DDP's hooks and bucket bookkeeping, per step
     adam_dtensor_tensor_s: float = 0.0  # Adam's step on a DTensor parameter beyond a plain one
+    # every rank of the machine running at once over one alone (calibrate's training_conditions), ≥ 1
+    contention_memory: float = 1.0  # memory-bound kernels (a large copy)
+    contention_compute: float = 1.0  # compute-bound kernels (a matrix product)
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -81,10 +88,13 @@ class KernelCosts:
                   view=tuple(float(x) for x in data["view"]), module_call_s=float(data["module_call_s"]),
                   backward_call_s=float(data["backward_call_s"]), adam=_rows(data["adam"]),
                   step_s=float(data.get("step_s", 0.0)),
+                  contention_memory=float(data.get("contention", {}).get("memory", 1.0)),
+                  contention_compute=float(data.get("contention", {}).get("compute", 1.0)),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
-        numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s,
+        numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
+                    out.contention_compute - 1,
                     *(getattr(out, k) for k in WRAPPERS)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
@@ -95,14 +105,19 @@ class KernelCosts:
 
     def to_dict(self) -> dict:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in WRAPPERS}
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in WRAPPERS and not f.name.startswith("contention_")}
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}
+        out["contention"] = {"memory": self.contention_memory, "compute": self.contention_compute}
         return out
 
     def without(self, *terms: str) -> KernelCosts:
         """A copy without some terms, for the ablation: ``optimizer`` (Adam back to bytes over bandwidth),
-        ``framework`` (module calls, backward starts, the step's Python and the parallel wrappers free)."""
+        ``framework`` (module calls, backward starts, the step's Python and the parallel wrappers free),
+        ``contention`` (every rank computes as fast as one alone)."""
         changes = {}
+        if "contention" in terms:
+            changes.update(contention_memory=1.0, contention_compute=1.0)
         if "optimizer" in terms:
             changes["adam"] = ()
         if "framework" in terms:

@@ -180,7 +180,7 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
     recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops.
 
     With the hardware's measured ``kernels`` (and no profiled times): the kernels one microbatch launches on the
-    rank, each at its measured time (:func:`kernel_classes`)."""
+    rank, each at its measured time (:func:`kernel_classes`), contended when several ranks share the machine."""
     b, s, h, ffn, t, rc = lay.micro_batch, spec.seq, spec.hidden, spec.ffn, lay.tp, lay.recompute
     if times is None and hw.kernels is not None:
         classes = kernel_classes(spec, lay, tr, hw.kernels, span)
@@ -207,6 +207,10 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
                      spec.arch == "gpt", spec.attention == "sdpa" and not dropout, dropout, lay.recompute, mixed)
     ends = kn.ends(costs, lay.micro_batch, spec.seq, spec.hidden, spec.vocab, span.first, span.last, dropout, mixed)
     out = {c: (span.layers * layer[c][0] + ends[c][0], span.layers * layer[c][1] + ends[c][1]) for c in kn.CLASSES}
+    if lay.world_size > 1:  # the ranks of the machine compute at once
+        for c, factor in (("matrix_products", costs.contention_compute), ("attention", costs.contention_compute),
+                          ("other_operators", costs.contention_memory)):
+            out[c] = (out[c][0] * factor, out[c][1] * factor)
     wrapped = 0.0  # forward + backward of the wrappers, split 1 : 2 as the work they wrap
     if lay.tp > 1:
         wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
@@ -233,11 +237,11 @@ def wrapper_step(costs: kn.KernelCosts, lay: Layout, span: Span, tensors: tuple)
 
 
 def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter: tuple[int, int, int],
-                   tensors: tuple = (), dp: int = 1, wrappers: float = 0.0) -> float:
+                   tensors: tuple = (), dp: int = 1, wrappers: float = 0.0, contended: bool = False) -> float:
     """One optimizer step. With measured kernels (:func:`distperf.cost.kernels.adam_step`): Adam's loop over the
     ``tensors`` ((count, dim 0, elements), …) the rank updates — ZeRO-1 a share owned/parameters of them, ZeRO-2/3
     each cut in dp shards — plus the step's fixed Python and the parallel ``wrappers``' per-step cost
-    (:func:`wrapper_step`). Otherwise memory-bound: it reads the gradient and both
+    (:func:`wrapper_step`); ``contended``: several ranks share the machine's memory bandwidth. Otherwise memory-bound: it reads the gradient and both
     moments and writes the moments and the parameters of the elements it owns, (g + 2·o + 2·p) bytes each, over the
     memory bandwidth."""
     costs = hw.kernels
@@ -247,7 +251,11 @@ def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter:
         else:
             share = states.owned / states.parameters if states.parameters else 1.0
             owned = tuple((count * share, numel) for count, _, numel in tensors)
-        return kn.adam_step(costs, owned) + costs.step_s + wrappers
+        loop = kn.adam_step(costs, owned)
+        if contended:  # the per-element part shares the memory bandwidth; each tensor's fixed cost does not
+            fixed = kn.adam_step(costs, tuple((count, 1) for count, _ in owned))
+            loop = fixed + (loop - fixed) * costs.contention_memory
+        return loop + costs.step_s + wrappers
     pb, gb, ob = state_bytes_per_parameter
     return states.owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth + (costs.step_s + wrappers if costs is not None
                                                                         else 0.0)
@@ -295,7 +303,7 @@ def _optimizer(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: S
     tensors = _rank_tensors(spec, lay.tp, span, par.head_parameters(spec.hidden, spec.vocab, spec.tied, lay.pp)
                             > 2 * spec.hidden)
     return optimizer_time(hw, states, state_bytes(tr, convention), tensors, lay.dp,
-                          wrapper_step(hw.kernels, lay, span, tensors))
+                          wrapper_step(hw.kernels, lay, span, tensors), lay.world_size > 1)
 
 
 _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}

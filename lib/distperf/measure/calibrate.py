@@ -27,13 +27,16 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   already an achieved one); ``flops_16bit``: the best bf16 rate, or the fp32 one where bf16 was not
   measured;
 - ``memory_bandwidth``: the copy bandwidth; ``memory_capacity``: physical memory (CPU) or the GPU's;
-- ``intra_latency``, ``intra_bandwidth``: α and β of the all-reduce fit over all rank counts;
+- ``intra_latency``, ``intra_bandwidth``: α and β of the all-reduce fit over all rank counts; ``collectives`` (CPU):
+  each kind's own fit (α, β) to its times as a training step issues it (:func:`training_conditions`: after a burst
+  of compute, no barrier), with which the cost model times that kind inside a node;
   ``inter_*``: the same (one machine has no link between nodes); ``devices_per_node``: CPU cores (a CPU
   rank is a "device") or GPUs.
 
 - ``kernels`` (CPU): the kernel microbenchmarks of :mod:`distperf.measure.kernels` (the time of a linear layer,
   fused attention, each memory-bound operator by size, a view, a module call, a backward's start, Adam per
-  tensor), and ``step_s``, the trainer's fixed Python per step, fitted on the ``tiny`` preset
+  tensor), its ``contention`` (memory-bound and compute-bound kernels with every rank running at once, over one
+  alone: :func:`training_conditions`), and ``step_s``, the trainer's fixed Python per step, fitted on the ``tiny`` preset
   (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``).
 
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
@@ -285,6 +288,109 @@ def collective_times(ranks: int, sizes, reps: int = 10, device="cpu", timeout: f
             return json.load(f)
 
 
+def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: str) -> None:
+    """One rank of :func:`training_conditions` (spawned, gloo, one thread); rank 0 writes the results to ``out``."""
+    import statistics
+
+    import torch.distributed as dist
+
+    from .kernels import median_time
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = torch.device("cpu")
+    a = torch.randn(192, 192)
+
+    def compute():
+        for _ in range(4):
+            torch.mm(a, a)
+
+    def per_iteration(op) -> float:
+        times = []
+        dist.barrier()
+        for _ in range(reps + 2):
+            start = time.perf_counter()
+            compute()
+            op()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[2:])
+
+    base = per_iteration(lambda: None)
+    rows = []
+    for collective in COLLECTIVES:
+        for nbytes in sizes:
+            numel = max(world, (nbytes // 4) // world * world)
+            buf, part = torch.ones(numel), torch.ones(numel // world)
+            if collective == "all-reduce":
+                op = (lambda: dist.all_reduce(buf))
+            elif collective == "all-gather":
+                op = (lambda: dist.all_gather_into_tensor(buf, part))
+            elif collective == "reduce-scatter":
+                op = (lambda: dist.reduce_scatter_tensor(part, buf))
+            elif rank == 0:
+                op = (lambda: (dist.send(buf, 1), dist.recv(buf, 1)))
+            elif rank == 1:
+                op = (lambda: (dist.recv(buf, 0), dist.send(buf, 0)))
+            else:
+                op = (lambda: None)
+            seconds = max(per_iteration(op) - base, 0.0) / (2 if collective == "send" else 1)
+            seconds = slowest(seconds, device)
+            if rank == 0:
+                rows.append({"collective": collective, "ranks": world, "bytes": numel * 4, "seconds": seconds})
+    src, dst = torch.ones(8 << 20), torch.empty(8 << 20)
+    contention = {}
+    for name, fn in (("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a))):
+        dist.barrier()
+        solo = median_time(fn, 0.2) if rank == 0 else None  # the other ranks wait in the barrier below
+        dist.barrier()
+        together = median_time(fn, 0.2)  # every rank at once
+        together = slowest(together, device)
+        if rank == 0:
+            contention[name] = max(together / solo, 1.0)
+    dist.barrier()
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"issued": rows, "contention": contention, "compute_between_s": base}, f)
+    dist.destroy_process_group()
+
+
+def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:
+    """Collectives and kernels as a training step meets them, on ``ranks`` CPU ranks over gloo (spawned, one thread
+    each): ``issued``, each collective issued after a burst of matrix products (about a millisecond), as a step
+    issues it between its operators — the time it adds to the burst, no barrier before it, the slowest rank's
+    median ([{collective, ranks, bytes, seconds}], as :func:`collective_times`); ``contention``, the time of a
+    memory-bound copy (32 MiB) and of a 192×192 matrix product with every rank running it at once over the time on
+    one rank alone ({memory, compute}, ≥ 1). Raises TimeoutError past ``timeout``."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="distperf-conditions-") as tmp:
+        out = os.path.join(tmp, "conditions.json")
+        env_threads = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = "1"
+        try:
+            ctx = mp.start_processes(_conditions_rank, args=(ranks, _free_port(), tuple(sizes), reps, out),
+                                     nprocs=ranks, join=False, start_method="spawn")
+        finally:
+            if env_threads is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = env_threads
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=0.5):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the training-conditions benchmark on {ranks} ranks did not finish within "
+                                       f"{timeout:g} s")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        with open(out) as f:
+            return json.load(f)
+
+
 def ring_terms(collective: str, n: int, nbytes: float) -> tuple[float, float]:
     """(steps, bytes sent per rank) of the ring algorithm: the coefficients of α and 1/β."""
     if collective == "send":
@@ -379,6 +485,13 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
     comm = collective_times(ranks, MESSAGE_BYTES_QUICK if quick else MESSAGE_BYTES_FULL, reps=5 if quick else 15,
                             device=device, timeout=timeout)
     fits = fit_collectives(comm)
+    conditions, issued_fits = None, {}
+    if dev.type == "cpu":
+        log(f"collectives as a step issues them, and contention, on {ranks} ranks")
+        conditions = training_conditions(ranks, MESSAGE_BYTES_QUICK if quick else MESSAGE_BYTES_FULL[::2],
+                                          reps=5 if quick else 15, timeout=timeout)
+        issued_fits = fit_collectives(conditions["issued"])
+        kernels["contention"] = conditions["contention"]
 
     best = {d: max((r["flops_per_s"] for r in gemm if r["dtype"] == d), default=None) for d in ("float32", "bfloat16")}
     ar = fits["all-reduce"]["all"]
@@ -389,14 +502,20 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                   memory_capacity=float(physical_memory(dev)), intra_bandwidth=ar["beta"], intra_latency=ar["alpha"],
                   inter_bandwidth=ar["beta"], inter_latency=ar["alpha"],
                   devices_per_node=torch.cuda.device_count() if dev.type == "cuda" else (os.cpu_count() or 1),
-                  kernels=KernelCosts.from_dict(kernels) if kernels else None)
+                  kernels=KernelCosts.from_dict(kernels) if kernels else None,
+                  collectives=tuple((c, f["all"]["alpha"], f["all"]["beta"]) for c, f in sorted(issued_fits.items())),
+                  collectives_on=(ar["alpha"], ar["beta"]) if issued_fits else ())
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "gemm": gemm, "copy": copy, "layers": layers,
-               "collectives": comm, "fits": fits, "step_fit": step_fit,
+               "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,
+               "issued_fits": issued_fits,
                "profile_from": {"flops_fp32": "max gemm float32", "flops_16bit": "max gemm bfloat16 (else float32)",
                                 "memory_bandwidth": "copy", "memory_capacity": "physical memory",
                                 "intra_latency": "fits.all-reduce.all.alpha", "intra_bandwidth": "fits.all-reduce.all.beta",
                                 "inter_*": "the same as intra_*",
+                                "collectives": "issued_fits.<kind>.all: alpha and beta of each kind as a step "
+                                               "issues it (conditions.issued)",
+                                "kernels.contention": "conditions.contention",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
                                            "step_fit, on the tiny preset"}}
     return hw, sidecar

@@ -41,7 +41,7 @@ ELEMENTWISE = ("layer_norm", "gelu", "add", "copy", "cross_entropy", "embedding"
 WIDTH = 256  # the last dimension of elementwise inputs (classes of the cross-entropy, rows of the embedding)
 
 
-def _median(fn, min_run_time: float) -> float:
+def median_time(fn, min_run_time: float) -> float:
     """Median seconds per call of ``fn`` over blocks of calls (each block ≥ 1 ms, at least 5 blocks, ≥
     ``min_run_time`` in all) after one warm-up call: ``Timer.blocked_autorange``'s method without its fixed cost,
     which would dominate a calibration of a few hundred points."""
@@ -68,7 +68,7 @@ def _backward(forward, min_run_time: float) -> float:
     def both():
         forward().float().sum().backward()
 
-    return _median(both, min_run_time) - _median(lambda: forward().float().sum(), min_run_time)
+    return median_time(both, min_run_time) - median_time(lambda: forward().float().sum(), min_run_time)
 
 
 def backward_call_time(min_run_time: float = 0.1) -> float:
@@ -85,7 +85,7 @@ def _forward_backward(forward, min_run_time: float, baseline: float) -> tuple[fl
         with torch.no_grad():
             forward()
 
-    return _median(fwd, min_run_time), max(_backward(forward, min_run_time) - baseline, 0.0)
+    return median_time(fwd, min_run_time), max(_backward(forward, min_run_time) - baseline, 0.0)
 
 
 def linear_times(sizes, dtype=torch.float32, min_run_time: float = 0.1, baseline: float = 0.0) -> list[list[float]]:
@@ -183,7 +183,7 @@ def module_call_time(min_run_time: float = 0.1) -> float:
         for _ in range(16):
             module(x)
 
-    return _median(chain, min_run_time) / 16
+    return median_time(chain, min_run_time) / 16
 
 
 def adam_times(sizes=ADAM_ELEMENTS, tensors: int = 16, min_run_time: float = 0.1) -> list[list[float]]:
@@ -199,7 +199,7 @@ def adam_times(sizes=ADAM_ELEMENTS, tensors: int = 16, min_run_time: float = 0.1
         optimizer = torch.optim.Adam(params)
         optimizer.step()
         optimizer.step()
-        rows.append([n, _median(optimizer.step, min_run_time) / count])
+        rows.append([n, median_time(optimizer.step, min_run_time) / count])
     return rows
 
 
@@ -295,7 +295,7 @@ def wrapper_times(min_run_time: float = 0.1) -> dict:
                 torch.manual_seed(0)
                 block = Block(spec)
                 block = wrap(block) if wrap else block
-                return _median(lambda: block(x).sum().backward(), min_run_time)
+                return median_time(lambda: block(x).sum().backward(), min_run_time)
 
             plain = layer()
             out["tp_layer_s"] = max(layer(lambda b: parallelize_module(b, mesh, layer_plan(False))) - plain, 0.0)
@@ -312,7 +312,7 @@ def wrapper_times(min_run_time: float = 0.1) -> dict:
                     p.grad = torch.zeros_like(p)
                 optimizer = torch.optim.Adam(params)
                 optimizer.step()
-                times.append(_median(optimizer.step, min_run_time) / tensors)
+                times.append(median_time(optimizer.step, min_run_time) / tensors)
             out["adam_dtensor_tensor_s"] = max(times[1] - times[0], 0.0)
         finally:
             dist.destroy_process_group()

@@ -1,0 +1,154 @@
+"""The time model against measurements (distperf.analysis.time_model), on synthetic sweep rows, and the rule that
+no validation row was used to fit anything."""
+import json
+from dataclasses import asdict, fields, replace
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from distperf import presets  # noqa: E402
+from distperf.analysis import time_model as tm  # noqa: E402
+from distperf.config import Config, Layout, validate  # noqa: E402
+from distperf.cost import kernels as kn  # noqa: E402
+from distperf.cost import predict  # noqa: E402
+from distperf.hardware import PRESETS  # noqa: E402
+from distperf.measure.kernels import STEP_FIT_MODEL  # noqa: E402
+from test_kernels import synthetic_costs  # noqa: E402
+
+HW = replace(PRESETS["A100-80GB"], name="synthetic", kernels=synthetic_costs(tp_layer_s=2e-4, fsdp_unit_s=1e-4))
+
+
+def row(model: str, ratio: float, profiled_ratio: float | None = None, **layout) -> dict:
+    """A sweep row of ``model`` whose measured median is the prediction on HW × ``ratio``."""
+    cfg = validate(Config(model=presets.model(model), layout=Layout(**{"micro_batch": 1, **layout})))
+    predicted = predict(cfg, HW)["time_s"]["iteration"]
+    out = {"config_hash": f"{model}{sorted(layout.items())}", "repeat": 0, "status": "ok", "source": "fresh",
+           "iteration_time_s.median": predicted * ratio}
+    for section in ("model", "layout", "training"):
+        for key, value in asdict(getattr(cfg, section)).items():
+            out[f"config.{section}.{key}"] = json.dumps(list(value)) if isinstance(value, tuple) else value
+    if profiled_ratio is not None:
+        out["prediction.profiled.time_s.iteration"] = predicted * ratio * profiled_ratio
+    return out
+
+
+def tables(ratio=1.25):
+    return {"regimes": pd.DataFrame([row("small", ratio, 1.02), row("small", ratio, 0.97, dp=2),
+                                     row(STEP_FIT_MODEL, 3.0, 1.5), row("small", ratio, 1.0, tp=2)]),
+            "dp_zero": None}
+
+
+def test_the_ablation_ladder_ends_at_the_full_model():
+    abl = tm.ablation(tables(), HW)
+    assert sorted(abl.order.unique()) == list(range(len(tm.LADDER)))
+    assert len(abl) == 4 * len(tm.LADDER)
+    last = abl[abl.order == len(tm.LADDER) - 1]
+    assert last.error.to_numpy() == pytest.approx([1 / 1.25 - 1, 1 / 1.25 - 1, 1 / 3 - 1, 1 / 1.25 - 1])
+    first = abl[abl.order == 0]
+    assert (first.predicted_s.to_numpy() < last.predicted_s.to_numpy()).all()  # peak FLOPs is the fastest
+    assert len(tm.ablation(tables(), replace(HW, kernels=None))) == 0  # no kernels: no ladder
+
+
+def test_errors_leave_out_the_fit_preset():
+    errs = tm.errors(tables(), HW)
+    assert STEP_FIT_MODEL not in set(errs.model) and len(errs) == 3
+    assert errs.analytical.to_numpy() == pytest.approx([1 / 1.25 - 1] * 3)
+    assert errs.profiled.to_numpy() == pytest.approx([0.02, -0.03, 0.0])
+
+
+@pytest.mark.parametrize("ratio, met", [(1.05, True), (1.25, False)])
+def test_the_goal_verdict_follows_the_data(ratio, met):
+    goals = tm.goal_table(tm.errors(tables(ratio), HW))
+    analytical = goals.set_index("mode").loc["analytical"]
+    assert bool(analytical.met) is met and analytical.configurations == 3
+    sentence = tm.goal_sentence(goals)
+    assert ("the analytical mode meets" if met else "the analytical mode misses") in sentence
+    assert "the profiled mode meets" in sentence  # |errors| 2 %, 3 %, 0 %
+    empty = tm.goal_table(tm.errors({}, HW))
+    assert empty.met.isna().all() and "was not measured" in tm.goal_sentence(empty)
+
+
+def test_by_strategy_and_which_step_closes_the_error():
+    abl, errs = tm.ablation(tables(), HW), tm.errors(tables(), HW)
+    table = tm.by_strategy(abl, errs)
+    assert table.strategy.tolist() == ["data parallel", "one device", "tensor parallel"]
+    assert table.configurations.tolist() == [1, 1, 1]
+    assert table["profiled"].to_numpy() == pytest.approx([-0.03, 0.02, 0.0])
+    sentence = tm.closes(table)
+    assert sentence.startswith("the median |error| over strategies goes") and "largest step is" in sentence
+    fig, ax = plt.subplots()
+    tm.draw_ablation(ax, table)
+    assert len(ax.get_lines()) == 3 + 1
+    plt.close(fig)
+    flat = table.copy()
+    for label, _ in tm.LADDER:
+        flat[label] = -0.5
+    assert "no step lowers it" in tm.closes(flat)
+
+
+def test_by_regime_groups_by_model():
+    errs = pd.DataFrame({"model": ["small", "small", "wide"], "analytical": [0.1, -0.3, 0.05],
+                         "profiled": [0.0, 0.02, None]})
+    table = tm.by_regime(errs).set_index("model")
+    assert table.loc["small", "analytical largest |error|"] == pytest.approx(0.3)
+    assert table.loc["wide", "configurations"] == 1
+
+
+def test_predicted_classes_add_up_to_the_iteration():
+    cfg = validate(Config(model=presets.model("small"), layout=Layout(micro_batch=1, microbatches=2)))
+    classes = tm.predicted_classes(cfg, HW)
+    assert sum(classes.values()) == pytest.approx(predict(cfg, HW)["time_s"]["iteration"])
+    assert classes["framework"] >= HW.kernels.step_s
+
+
+def test_every_constant_is_listed_with_its_unit_and_microbenchmark():
+    table = tm.constants_table(HW)
+    names = set(table.constant)
+    for f in fields(kn.KernelCosts):
+        if f.name != "elementwise":
+            assert f.name in names
+    assert table.unit.str.len().gt(0).all() and table.microbenchmark.str.len().gt(0).all()
+    assert len(tm.constants_table(replace(HW, kernels=None))) == 0
+
+
+def test_no_validation_row_was_used_to_fit_anything():
+    """The one fitted constant comes from the fit preset alone; no validation experiment trains that preset; the
+    microbenchmarks' shapes are no preset's."""
+    from distperf.measure.kernels import PROBE, fit_step_overhead
+
+    fit = fit_step_overhead(HW.kernels.to_dict(), micro_batches=(1,), steps=1)
+    assert {r["model"] for r in fit["rows"]} == {STEP_FIT_MODEL}
+    validation = {name for name in presets.MODELS if name != STEP_FIT_MODEL}
+    assert set(tm.held_out(pd.DataFrame({"model": list(presets.MODELS)})).model) == validation
+    probe = (PROBE["hidden"], PROBE["heads"], PROBE["seq"])
+    assert all((m.hidden, m.heads, m.seq) != probe for m in presets.MODELS.values())
+
+
+def test_exposed_communication_per_kind_where_it_matters():
+    from distperf.analysis import rows as rows_mod
+
+    hw = HW
+    dp_row = row("small", 1.0, dp=2)
+    predicted = predict(rows_mod.config_of_row(pd.Series(dp_row)), hw)["time_s"]["communication_exposed"]
+    iteration = dp_row["iteration_time_s.median"]
+    big = {**dp_row, "communication.exposed_s.data_parallel": max(predicted, 0.2 * iteration) * 1.5}
+    small = {**row("small", 1.0, tp=2), "communication.exposed_s.tensor_parallel": 0.01 * iteration}
+    both = {**row("small", 1.0, dp=2, zero=3)}
+    table = tm.exposed_errors({"regimes": pd.DataFrame([big, small, both])}, hw)
+    assert table.kind.tolist() == ["data_parallel"]  # the tp run's exposed time is under 5 %; no column: left out
+    assert table.error.iloc[0] == pytest.approx(predicted / big["communication.exposed_s.data_parallel"] - 1)
+    goals = tm.goal_table(tm.errors({"regimes": pd.DataFrame([big])}, hw), table).set_index("mode")
+    assert bool(goals.loc["exposed communication", "met"]) is bool(abs(table.error.iloc[0]) <= 0.10)
+    assert "exposed communication per kind" in tm.goal_sentence(goals.reset_index())
+
+
+def test_the_verdict_follows_the_goals():
+    table = pd.DataFrame({"met": [True, True]})
+    assert tm.verdict(table) == "reproduced"
+    assert tm.verdict(pd.DataFrame({"met": [True, False]})) == "depends"
+    assert tm.verdict(pd.DataFrame({"met": [False, False]})) == "not reproduced"
+    assert tm.verdict(pd.DataFrame({"met": [None, None]})) == "not measured"

@@ -1,0 +1,206 @@
+"""The kernel time model: its interpolation, its inventory of a layer against what torch runs, its constants in a
+hardware profile, and its place in the prediction."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from distperf import presets
+from distperf.config import Config, ConfigError, Layout, validate
+from distperf.cost import kernels as kn
+from distperf.cost import predict
+from distperf.hardware import PRESETS, load_profile, save_profile
+
+
+def synthetic_costs(scale: float = 1.0, **changes) -> kn.KernelCosts:
+    """Kernel times of an invented machine: a linear layer costs 10 µs + 2n³ / 10 GFLOP/s, every elementwise kind
+    1 µs + 1 ns per element, attention 5 µs per call + 1 ns per (s²·d) per head, Adam 10 µs + 2 ns per element."""
+    linear = tuple((n, scale * (1e-5 + 2 * n**3 / 1e10), scale * 2 * (1e-5 + 2 * n**3 / 1e10))
+                   for n in (8, 32, 128, 512, 2048))
+    attention = tuple((c, s, d, 5e-6, 1e-9 * s * s * d, 1e-5, 2e-9 * s * s * d)
+                      for c in (True, False) for s in (16, 256, 1024) for d in (8, 128))
+    elementwise = tuple((kind, n, 1e-6 + 1e-9 * n, 2e-6 + 2e-9 * n) for kind in
+                        ("layer_norm", "gelu", "add", "copy", "cross_entropy", "embedding") for n in (64, 4096, 1 << 22))
+    adam = tuple((n, 1e-5 + 2e-9 * n) for n in (1, 1024, 1 << 22))
+    return replace(kn.KernelCosts(linear_fp32=linear, linear_bf16=(), attention=attention, elementwise=elementwise,
+                                  view=(1e-6, 2e-6), module_call_s=1e-6, backward_call_s=1e-5, adam=adam,
+                                  step_s=1e-4), **changes)
+
+
+def test_loglog_interpolates_between_points_and_extrapolates_by_the_power():
+    table = ((10, 1.0), (100, 100.0))
+    assert kn.loglog(table, 10) == 1.0
+    assert math.isclose(kn.loglog(table, math.sqrt(10 * 100)), 10.0)  # y ∝ x² between the points
+    assert kn.loglog(table, 1) == 1.0  # below: the fixed cost
+    assert math.isclose(kn.loglog(table, 1000, 3.0), 100.0 * 1000)  # above: ∝ x³
+    assert math.isclose(kn.loglog(table, 1000), 1000.0)
+
+
+def test_a_linear_layer_costs_what_the_square_one_of_the_same_work_costs():
+    costs = synthetic_costs()
+    f, b = kn.linear(costs, 32, 32, 32, False)
+    assert math.isclose(f, 1e-5 + 2 * 32**3 / 1e10) and math.isclose(b, 2 * f)
+    # 64 × 16 × 32 is the work of 32³: the same time
+    assert kn.linear(costs, 64, 16, 32, False) == pytest.approx((f, b))
+    # bf16 falls back to the fp32 table when it was not measured
+    assert kn.linear(costs, 32, 32, 32, True) == (f, b)
+
+
+def test_attention_is_a_call_plus_per_head_time():
+    costs = synthetic_costs()
+    one = kn.attention(costs, True, 1, 256, 8)
+    eight = kn.attention(costs, True, 8, 256, 8)
+    assert math.isclose(eight[0] - one[0], 7 * 1e-9 * 256 * 256 * 8, rel_tol=1e-6)
+    assert math.isclose(one[0], 5e-6 + 1e-9 * 256 * 256 * 8, rel_tol=1e-6)
+    assert kn.attention(costs, True, 1, 4096, 8)[0] > 15 * one[0]  # beyond the table: ∝ s²
+
+
+def test_a_layers_classes_add_up_and_recomputation_repeats_the_forward():
+    costs = synthetic_costs()
+    args = (2, 64, 128, 4, 512, 1, False, True, True, False)
+    plain = kn.layer(costs, *args, "none", False)
+    full = kn.layer(costs, *args, "full", False)
+    selective = kn.layer(costs, *args, "selective", False)
+    for c in kn.CLASSES:
+        assert full[c][1] == pytest.approx(plain[c][1] + plain[c][0])
+    assert selective["attention"][1] == pytest.approx(plain["attention"][1] + plain["attention"][0])
+    assert selective["matrix_products"] == plain["matrix_products"]
+    # the four linear layers: QKV, projection, MLP in and out
+    m = 2 * 64
+    expected = sum(kn.linear(costs, m, n, k, False)[0] for n, k in ((384, 128), (128, 128), (512, 128), (128, 512)))
+    assert plain["matrix_products"][0] == pytest.approx(expected)
+    # tensor parallelism shards the products
+    assert kn.layer(costs, 2, 64, 128, 4, 512, 2, False, True, True, False, "none", False)["matrix_products"][0] \
+        < plain["matrix_products"][0]
+
+
+def test_without_drops_the_ablated_terms():
+    costs = synthetic_costs(tp_layer_s=1e-3, contention_memory=2.0)
+    bare = costs.without("optimizer", "framework", "contention")
+    assert bare.adam == () and bare.module_call_s == 0 and bare.step_s == 0 and bare.tp_layer_s == 0
+    assert bare.contention_memory == 1.0
+    assert costs.without("framework").adam == costs.adam
+
+
+def test_contention_slows_what_ranks_share_only_when_there_are_several():
+    calm = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    busy = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(contention_memory=2.0, contention_compute=1.5))
+    one, two = small_cfg(), small_cfg(dp=2)
+    assert predict(one, busy)["time_s"] == predict(one, calm)["time_s"]
+    assert predict(two, busy)["time_s"]["compute"] > 1.4 * predict(two, calm)["time_s"]["compute"]
+
+
+def small_cfg(**layout) -> Config:
+    return validate(Config(model=presets.model("small"), layout=Layout(**{"micro_batch": 2, **layout})))
+
+
+def test_predict_prices_compute_by_kernels_when_the_profile_has_them():
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    out = predict(small_cfg(), hw)
+    assert out["compute_from"] == "kernels"
+    assert predict(small_cfg(), PRESETS["A100-80GB"])["compute_from"] == "flops"
+    slower = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(scale=2.0))
+    assert predict(small_cfg(), slower)["time_s"]["compute"] > out["time_s"]["compute"]
+    # the wrappers' costs land where their parallelism runs, and only there
+    wrapped = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(tp_layer_s=1e-3, fsdp_unit_s=1e-3))
+    tp = small_cfg(tp=2)
+    gained = predict(tp, wrapped)["time_s"]["compute"] - predict(tp, hw)["time_s"]["compute"]
+    assert gained == pytest.approx(tp.layout.microbatches * tp.model.layers * 1e-3, rel=1e-6)
+    dp = small_cfg(dp=2)
+    assert predict(dp, wrapped)["time_s"]["compute"] == pytest.approx(predict(dp, hw)["time_s"]["compute"])
+    z3 = small_cfg(dp=2, zero=3)
+    gained = predict(z3, wrapped)["time_s"]["compute"] - predict(z3, hw)["time_s"]["compute"]
+    assert gained == pytest.approx(z3.layout.microbatches * (z3.model.layers + 1) * 1e-3, rel=1e-6)
+
+
+def test_the_optimizer_is_adams_loop_over_the_ranks_tensors():
+    from distperf.cost.model_states import state_bytes
+    from distperf.model import build_model
+
+    costs = synthetic_costs()
+    hw = replace(PRESETS["A100-80GB"], kernels=costs)
+    cfg = small_cfg()
+    with_loop = predict(cfg, hw)["time_s"]["compute"]
+    with_bandwidth = predict(cfg, replace(hw, kernels=costs.without("optimizer")))["time_s"]["compute"]
+    sizes = [p.numel() for p in build_model(cfg.model).parameters()]
+    pb, gb, ob = state_bytes(cfg.training, "trainer")
+    loop = sum(kn.loglog(costs.adam, n) for n in sizes)
+    assert with_loop - with_bandwidth == pytest.approx(loop - sum(sizes) * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth)
+
+
+def test_kernels_round_trip_through_a_profile_and_a_malformed_one_is_refused(tmp_path):
+    hw = replace(PRESETS["A100-80GB"], name="k", kernels=synthetic_costs(tp_layer_s=1e-3))
+    path = tmp_path / "hw.json"
+    save_profile(hw, path)
+    assert load_profile(path) == hw
+    data = json.loads(path.read_text())
+    data["kernels"]["adam"] = [[1, -1.0]]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="kernels is malformed"):
+        load_profile(path)
+    data["kernels"] = {"linear_fp32": []}
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="kernels is malformed"):
+        load_profile(path)
+
+
+def test_the_inventory_of_a_layer_is_what_torch_runs():
+    """The hand count of :func:`distperf.cost.kernels.layer` against a profiled forward of the trainers' Block: its
+    linear layers, attention calls and module calls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from distperf.config import ModelSpec
+    from distperf.model import Block, layer_input
+
+    spec = ModelSpec(name="probe", layers=1, hidden=32, heads=4, vocab=16, seq=8)
+    block = Block(spec)
+    calls = []
+    for module in block.modules():
+        module.register_forward_pre_hook(lambda *_: calls.append(1))
+    x = layer_input(spec, 2)
+    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.no_grad():
+        block(x)
+    names = [e.name for e in prof.events()]
+    assert names.count("aten::linear") == 4
+    assert sum("scaled_dot_product" in n and "flash" not in n for n in names) == 1
+    assert len(calls) == kn.MODULES_PER_LAYER
+
+
+def test_each_collective_kind_is_timed_with_its_own_fit_on_the_link_it_was_fitted_on():
+    from distperf.cost.communication import _link
+
+    base = replace(PRESETS["A100-80GB"], intra_latency=1e-4, intra_bandwidth=1e9)
+    fitted = replace(base, collectives=(("all-reduce", 2e-4, 1e9), ("reduce-scatter", 3e-4, 5e8)),
+                     collectives_on=(1e-4, 1e9))
+    assert fitted.fitted("reduce-scatter", 2) == (3e-4, 5e8)
+    assert _link(fitted, "reduce-scatter", 2, "gloo") == (3e-4, 5e8, "nccl")  # the fit's own (ring) terms
+    assert _link(fitted, "send", 2, "gloo") == (1e-4, 1e9, "gloo")  # no fit: the link and gloo's algorithms
+    assert fitted.fitted("reduce-scatter", 64) is None  # across nodes
+    moved = replace(fitted, intra_bandwidth=2e9)  # the intra-node link replaced: the fits no longer apply
+    assert moved.fitted("reduce-scatter", 2) is None
+    cfg = small_cfg(dp=2, zero=3)
+    slower = replace(fitted, collectives=(("all-reduce", 2e-4, 1e9), ("reduce-scatter", 3e-4, 1e8),
+                                          ("all-gather", 3e-4, 1e8)))
+    assert predict(cfg, slower, backend="gloo")["time_s"]["iteration"] > \
+        predict(cfg, fitted, backend="gloo")["time_s"]["iteration"]
+    assert predict(cfg, base)["time_s"] == predict(cfg, replace(base, collectives=()))["time_s"]
+
+
+def test_a_malformed_collectives_row_is_refused(tmp_path):
+    hw = replace(PRESETS["A100-80GB"], name="c", collectives=(("all-reduce", 1e-4, 1e9),), collectives_on=(1e-5, 1e9))
+    path = tmp_path / "hw.json"
+    save_profile(hw, path)
+    assert load_profile(path) == hw
+    data = json.loads(path.read_text())
+    data["collectives"] = [["all-reduce", 0, 1e9]]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="collectives must be"):
+        load_profile(path)
+    data["collectives"], data["collectives_on"] = [["all-reduce", 1e-4, 1e9]], None
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="collectives_on must be"):
+        load_profile(path)
