@@ -204,3 +204,13 @@ def test_a_malformed_collectives_row_is_refused(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="collectives_on must be"):
         load_profile(path)
+
+
+def test_overlap_hides_only_its_share_of_the_data_parallel_communication():
+    cfg = small_cfg(dp=2)
+    full = replace(PRESETS["A100-80GB"], intra_latency=1e-4, intra_bandwidth=1e8, kernels=synthetic_costs())
+    none = replace(full, kernels=synthetic_costs(overlap=0.0))
+    half = replace(full, kernels=synthetic_costs(overlap=0.5))
+    exposed = [predict(cfg, hw, bucket_bytes=2**18)["time_s"]["communication_exposed"] for hw in (full, half, none)]
+    assert exposed[0] < exposed[1] < exposed[2]
+    assert exposed[1] == pytest.approx((exposed[0] + exposed[2]) / 2)

@@ -242,7 +242,8 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
     DDP's all-reduce bucketed behind the last backward (and ZeRO-1's broadcasts after the optimizer step, or the
     paper's all-gather); FSDP2's gathers where the microbatch's compute does not hide them and its
     reduce-scatters, unit by unit, behind the last backward (the paper's: behind every backward). PipeDream
-    updates after every microbatch, so its reduction is per microbatch."""
+    updates after every microbatch, so its reduction is per microbatch. With measured kernels, what compute hides
+    is only the profile's ``overlap`` share of what it could hide (:mod:`distperf.cost.kernels`)."""
     dp, zero = lay.dp, lay.zero
     if dp == 1:
         return NO_DATA_PARALLEL
@@ -251,25 +252,34 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
     params, group = states.parameters, lay.tp * dp
     grads = params * gb
     exposed_step = exposed_microbatch = 0.0
+    overlap = hw.kernels.overlap if hw.kernels is not None else 1.0
+
+    def bucketed(total, bucket, compute, kind):
+        """Exposed time of ``kind`` in buckets behind ``compute``, hiding only ``overlap`` of what it could."""
+        *link, algorithms = _link(hw, kind, group, backend)
+        perfect = bucketed_exposed_time(total, bucket, compute, kind, dp, *link, backend=algorithms)
+        if overlap >= 1.0:
+            return perfect
+        serial = bucketed_exposed_time(total, bucket, 0.0, kind, dp, *link, backend=algorithms)
+        return serial - overlap * (serial - perfect)
+
+    def hidden(comm, compute):
+        """What is left of ``comm`` issued beside ``compute``: comm − overlap · min(comm, compute)."""
+        return comm - overlap * min(comm, compute)
+
     if zero == 0 or (zero == 1 and convention != "paper"):
-        *link, algorithms = _link(hw, "all-reduce", group, backend)
-        exposed_step = bucketed_exposed_time(grads, bucket_bytes, work.backward, "all-reduce", dp, *link,
-                                             backend=algorithms)
+        exposed_step = bucketed(grads, bucket_bytes, work.backward, "all-reduce")
         if zero == 1:
             exposed_step += _broadcasts_time(states, dp, pb, hw.link(group), backend)
     elif zero == 1:
-        *link, algorithms = _link(hw, "reduce-scatter", group, backend)
-        exposed_step = (bucketed_exposed_time(grads, bucket_bytes, work.backward, "reduce-scatter", dp, *link,
-                                              backend=algorithms)
+        exposed_step = (bucketed(grads, bucket_bytes, work.backward, "reduce-scatter")
                         + collective_time("all-gather", params * pb, dp, *_link(hw, "all-gather", group, backend)))
     else:
         gathered = params if convention == "paper" else dp * states.owned
         gather = collective_time("all-gather", gathered * pb, dp, *_link(hw, "all-gather", group, backend))
         layer = max((shard for count, shard in states.units if count), default=0)
-        *link, algorithms = _link(hw, "reduce-scatter", group, backend)
-        reduction = bucketed_exposed_time(gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp,
-                                          *link, backend=algorithms)
-        exposed_microbatch = max(0.0, gather - work.forward) + (max(0.0, gather - work.backward) if zero == 3 else 0)
+        reduction = bucketed(gathered * gb, dp * layer * gb, work.backward, "reduce-scatter")
+        exposed_microbatch = hidden(gather, work.forward) + (hidden(gather, work.backward) if zero == 3 else 0)
         if convention == "paper":
             exposed_microbatch += reduction
         else:

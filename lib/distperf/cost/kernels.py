@@ -8,16 +8,17 @@ is instead a few hundred kernels, each with a fixed cost, most far from the peak
 and backward on a rank is the sum over the kernels it launches, in four classes (those of
 :mod:`distperf.measure.breakdown`):
 
-- **matrix products**: each linear layer (m tokens, k inputs, n outputs) at the time of the square linear layer of
-  n_eff = (m·n·k)^(1/3), read from the table ``linear_<dtype>`` (log-log interpolation; beyond its largest size,
+- **matrix products**: each linear layer (m tokens, k inputs, n outputs) at the time of the square linear layer
+  (an input of n_eff tokens of n_eff features) of n_eff = (m·n·k)^(1/3), read from the table ``linear_<dtype>`` (log-log interpolation; beyond its largest size,
   time ∝ n_eff³); one ``addmm`` forward, two ``mm`` and the bias's sum backward;
 - **attention**: the fused kernel, a call's fixed cost + (batch × heads) × the time per head, both read from the
   table ``attention`` over (causal, s, d) (bilinear in log s, log d; beyond the table, time per head ∝ s²·d); the
   unfused form (``math``, or dropout on the probabilities) as two batched matrix products, a softmax and, with
   dropout, a dropout over a·s² values per sequence;
 - **other operators**: LayerNorm, GELU, the residual additions, the copy that gathers the heads, cross-entropy and
-  the embedding lookups, each at the time of its kind at its number of elements (table ``elementwise``), and
-  each view (``view``) — memory-bound work and each operator's fixed cost;
+  the embedding lookups, each at the time of its kind at its number of elements (table ``elementwise``), in backward
+  also the concatenation of the QKV split's gradient and the two sums of the residual stream's gradient, and each
+  view (``view``) — memory-bound work and each operator's fixed cost;
 - **framework**: Python's cost of each ``nn.Module`` call (``module_call_s``), the autograd engine's start of
   each backward pass (``backward_call_s``) and the trainer's fixed Python per step (``step_s``: the one constant
   not measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every
@@ -28,7 +29,10 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
-``contention_memory`` times their time alone (both measured with every rank running the same kernel at once).
+``contention_memory`` times their time alone (both measured with every rank running the same kernel at once). And
+communication that the framework hides behind compute (DDP's buckets, FSDP2's gathers and reduce-scatters) hides
+only by the measured ``overlap``: the exposed time is the whole communication less ``overlap`` × what perfect
+overlap would hide.
 
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
@@ -71,6 +75,7 @@ class KernelCosts:
     # every rank of the machine running at once over one alone (calibrate's training_conditions), ≥ 1
     contention_memory: float = 1.0  # memory-bound kernels (a large copy)
     contention_compute: float = 1.0  # compute-bound kernels (a matrix product)
+    overlap: float = 1.0  # share of the shorter of an asynchronous collective and compute that runs at once, [0, 1]
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -90,11 +95,12 @@ class KernelCosts:
                   step_s=float(data.get("step_s", 0.0)),
                   contention_memory=float(data.get("contention", {}).get("memory", 1.0)),
                   contention_compute=float(data.get("contention", {}).get("compute", 1.0)),
+                  overlap=float(data.get("contention", {}).get("overlap", 1.0)),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
-                    out.contention_compute - 1,
+                    out.contention_compute - 1, out.overlap, 1 - out.overlap,
                     *(getattr(out, k) for k in WRAPPERS)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
@@ -106,18 +112,19 @@ class KernelCosts:
     def to_dict(self) -> dict:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in WRAPPERS and not f.name.startswith("contention_")}
+               if f.name not in WRAPPERS and not f.name.startswith("contention_") and f.name != "overlap"}
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}
-        out["contention"] = {"memory": self.contention_memory, "compute": self.contention_compute}
+        out["contention"] = {"memory": self.contention_memory, "compute": self.contention_compute,
+                             "overlap": self.overlap}
         return out
 
     def without(self, *terms: str) -> KernelCosts:
         """A copy without some terms, for the ablation: ``optimizer`` (Adam back to bytes over bandwidth),
         ``framework`` (module calls, backward starts, the step's Python and the parallel wrappers free),
-        ``contention`` (every rank computes as fast as one alone)."""
+        ``contention`` (every rank computes as fast as one alone, and communication hides fully behind compute)."""
         changes = {}
         if "contention" in terms:
-            changes.update(contention_memory=1.0, contention_compute=1.0)
+            changes.update(contention_memory=1.0, contention_compute=1.0, overlap=1.0)
         if "optimizer" in terms:
             changes["adam"] = ()
         if "framework" in terms:
@@ -212,6 +219,10 @@ def layer(costs: KernelCosts, b: int, s: int, h: int, a: int, ffn: int, t: int, 
     for kind, elements, count in (("layer_norm", width, 2), ("add", width, 2), ("gelu", m * ffn / t, 1),
                                   ("copy", m * h / t, 1)) + ((("add", width, 2),) if dropout else ()):
         _add(out, "other_operators", elementwise(costs, kind, elements), count)
+    # backward only: the QKV split's gradient is concatenated (a copy of the QKV output), and the residual stream's
+    # gradient, which reaches each block twice, is summed twice
+    _add(out, "other_operators", (0.0, elementwise(costs, "copy", 3 * m * h / t)[0]))
+    _add(out, "other_operators", (0.0, elementwise(costs, "add", width)[0]), 2)
     _add(out, "other_operators", tuple(costs.view), VIEWS_PER_LAYER)
     _add(out, "framework", (costs.module_call_s, 0.0), MODULES_PER_LAYER)
     if recompute == "full":

@@ -338,8 +338,25 @@ def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: st
             seconds = slowest(seconds, device)
             if rank == 0:
                 rows.append({"collective": collective, "ranks": world, "bytes": numel * 4, "seconds": seconds})
+    # overlap: an asynchronous all-reduce of 1 MiB (a DDP bucket's order) issued before a burst of compute, waited after
+    buf = torch.ones(1 << 18)
+    alone = max(per_iteration(lambda: dist.all_reduce(buf)) - base, 1e-9)
+
+    def overlapped():
+        work = dist.all_reduce(buf, async_op=True)
+        compute()
+        work.wait()
+
+    times = []
+    dist.barrier()
+    for _ in range(reps + 2):
+        start = time.perf_counter()
+        overlapped()
+        times.append(time.perf_counter() - start)
+    hidden = (base + alone - statistics.median(times[2:])) / min(base, alone)
+    overlap = slowest(-min(max(hidden, 0.0), 1.0), device)  # the least any rank hides
     src, dst = torch.ones(8 << 20), torch.empty(8 << 20)
-    contention = {}
+    contention = {"overlap": -overlap}
     for name, fn in (("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a))):
         dist.barrier()
         solo = median_time(fn, 0.2) if rank == 0 else None  # the other ranks wait in the barrier below
@@ -361,7 +378,9 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     issues it between its operators — the time it adds to the burst, no barrier before it, the slowest rank's
     median ([{collective, ranks, bytes, seconds}], as :func:`collective_times`); ``contention``, the time of a
     memory-bound copy (32 MiB) and of a 192×192 matrix product with every rank running it at once over the time on
-    one rank alone ({memory, compute}, ≥ 1). Raises TimeoutError past ``timeout``."""
+    one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
+    all-reduce and the burst of compute it was issued before that ran at once, (burst + all-reduce − both) /
+    min(burst, all-reduce), in [0, 1], the least of any rank. Raises TimeoutError past ``timeout``."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="distperf-conditions-") as tmp:

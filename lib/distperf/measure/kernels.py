@@ -5,7 +5,7 @@ Each is a median over blocks of calls (``Timer.blocked_autorange``'s method); a 
 − forward, each through autograd on a fresh graph, less ``backward_call``: a backward through a bare sum, the
 engine's start that a training step pays once per backward pass. So it holds the engine's work for its own nodes.
 
-- ``linear``: ``F.linear`` of an n×n input by an n×n weight with bias (fp32, and bf16 where the device runs it),
+- ``linear``: ``F.linear`` of a 1×n×n input by an n×n weight with bias (fp32, and bf16 where the device runs it),
   n = 8 … 2048 in ×2 steps: the time of one linear layer at n_eff = n, its forward (one ``addmm``) and its
   backward (two ``mm`` and the bias's sum);
 - ``attention``: ``F.scaled_dot_product_attention`` at one and at eight (batch × heads), s = 16 … 1024 and
@@ -89,10 +89,11 @@ def _forward_backward(forward, min_run_time: float, baseline: float) -> tuple[fl
 
 
 def linear_times(sizes, dtype=torch.float32, min_run_time: float = 0.1, baseline: float = 0.0) -> list[list[float]]:
-    """[[n, forward_s, backward_s]] of ``F.linear`` at n×n input and weight, with bias."""
+    """[[n, forward_s, backward_s]] of ``F.linear`` on an input of n tokens of n features (batch 1, as the model's
+    (b, s, h) activations, so that the reshapes a 3-D input costs are in) by an n×n weight, with bias."""
     rows = []
     for n in sizes:
-        x = torch.randn(n, n).to(dtype).requires_grad_(True)
+        x = torch.randn(1, n, n).to(dtype).requires_grad_(True)
         w = torch.randn(n, n).to(dtype).requires_grad_(True)
         bias = torch.randn(n).to(dtype).requires_grad_(True)
         try:
