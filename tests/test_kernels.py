@@ -214,3 +214,16 @@ def test_overlap_hides_only_its_share_of_the_data_parallel_communication():
     exposed = [predict(cfg, hw, bucket_bytes=2**18)["time_s"]["communication_exposed"] for hw in (full, half, none)]
     assert exposed[0] < exposed[1] < exposed[2]
     assert exposed[1] == pytest.approx((exposed[0] + exposed[2]) / 2)
+
+
+def test_every_microbatch_after_the_first_adds_its_gradients():
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    four = small_cfg(microbatches=4)
+    from distperf.cost.predict import rank_spans
+    from distperf.cost.stage import accumulate_time, stage_costs
+
+    span = rank_spans(four)[0]
+    added = accumulate_time(four.model, four.layout, hw, span)
+    assert added > 0 and accumulate_time(four.model, four.layout, PRESETS["A100-80GB"], span) == 0.0
+    rank = stage_costs(four.model, four.layout, four.training, hw, (span,), 25 * 2**20)[span]
+    assert predict(four, hw)["time_s"]["iteration"] == pytest.approx(4 * rank.microbatch + rank.optimizer + 3 * added)

@@ -232,20 +232,23 @@ def by_regime(errs: pd.DataFrame) -> pd.DataFrame:
 def predicted_classes(cfg, hw) -> dict:
     """The predicted iteration of ``cfg`` on ``hw`` (with kernels) in the classes of the measured breakdown, for the
     pipeline rank with the most compute: matrix products, attention, other operators, framework (×m microbatches;
-    the step's fixed Python in framework), optimizer, and the exposed communication and bubble of the prediction."""
+    the gradients' accumulation in other operators, the step's fixed Python in framework), optimizer, and the exposed communication and bubble of the prediction."""
     from ..cost import predict
     from ..cost.predict import rank_spans
-    from ..cost.stage import kernel_classes
+    from ..cost.stage import accumulate_time, kernel_classes
 
     out = predict(cfg, hw, check=False)
     lay, m = cfg.layout, cfg.layout.microbatches
-    per_rank = [kernel_classes(cfg.model, lay, cfg.training, hw.kernels, span) for span in rank_spans(cfg)]
-    busiest = max(per_rank, key=lambda c: sum(f + b for f, b in c.values()))
-    classes = {c: m * sum(busiest[c]) for c in kn.CLASSES}
+    spans = rank_spans(cfg)
+    per_rank = [kernel_classes(cfg.model, lay, cfg.training, hw.kernels, span) for span in spans]
+    busiest = max(range(len(spans)), key=lambda r: sum(f + b for f, b in per_rank[r].values()))
+    classes = {c: m * sum(per_rank[busiest][c]) for c in kn.CLASSES}
+    accumulate = (m - 1) * accumulate_time(cfg.model, lay, hw, spans[busiest])
+    classes["other_operators"] += accumulate
     t = out["time_s"]
     per_step = hw.kernels.step_s + (hw.kernels.ddp_step_s if lay.dp > 1 and lay.zero < 2 else 0.0)
     classes["framework"] += per_step
-    classes["optimizer"] = max(t["compute"] - m * sum(sum(v) for v in busiest.values()) - per_step, 0.0)
+    classes["optimizer"] = max(t["compute"] - sum(classes[c] for c in kn.CLASSES), 0.0)  # what compute has left
     classes["communication"] = t["communication_exposed"]
     classes["bubble"] = t["bubble"]
     return classes

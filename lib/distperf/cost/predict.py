@@ -45,7 +45,8 @@ volumes, and ``communication_wire_bytes``, what gloo sends (:mod:`distperf.cost.
 The pipeline takes :func:`~distperf.cost.schedules.pipeline_time` over the t_r. Rank r finishes its
 last backward when the drain has still to cross ranks r − 1 … 0; then its data-parallel reduction's
 exposed tail (bucketed overlap with the last backward), the tied-embedding all-reduce and the optimizer
-step (memory-bound: bytes touched / memory bandwidth) follow. Iteration = the latest rank's end;
+step (memory-bound: bytes touched / memory bandwidth) follow, and, with measured kernels, the m − 1 additions of a
+microbatch's gradients to the accumulated ones. Iteration = the latest rank's end;
 bubble = that rank's idle time inside the pipeline phase.
 """
 from __future__ import annotations
@@ -166,14 +167,15 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         iteration, finish, slowest = -1.0, 0.0, ranks[0]
         drain = 0.0  # how long the flush still runs after rank r's last backward: ranks r − 1 … 0
         for rank in ranks:
-            end = pipe - drain + rank.step_exposed + rank.optimizer
+            end = pipe - drain + rank.step_exposed + rank.optimizer + (m - 1) * rank.accumulate
             if end > iteration:
                 iteration, finish, slowest = end, pipe - drain, rank
             drain += rank.drain / v
     else:  # no flush: in steady state every rank keeps the pace of the slowest
-        slowest = max(stages.values(), key=lambda rank: m * rank.microbatch + rank.step_exposed + updates * rank.optimizer)
+        slowest = max(stages.values(), key=lambda rank: m * rank.microbatch + rank.step_exposed + updates * rank.optimizer
+                      + (m - 1) * rank.accumulate)
         finish = m * slowest.microbatch
-        iteration = finish + slowest.step_exposed + updates * slowest.optimizer
+        iteration = finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
     bubble = finish - m * slowest.microbatch
 
     sent = None  # the most any rank sends, per kind: algorithmic, then on gloo's wire
@@ -202,7 +204,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                         "tensor_parallel": ("all-gather + reduce-scatter" if sp else "all-reduce") if t > 1 else "none",
                         "pipeline_parallel": ("send/recv" + (" + all-reduce (tied embeddings)" if spec.tied else ""))
                         if p > 1 else "none"},
-        "time_s": {"compute": m * slowest.compute + updates * slowest.optimizer,
+        "time_s": {"compute": m * slowest.compute + updates * slowest.optimizer + (m - 1) * slowest.accumulate,
                    "communication_exposed": m * slowest.exposed + slowest.step_exposed,
                    "bubble": bubble, "iteration": iteration},
         "bubble_fraction": bubble / iteration if iteration > 0 else 0.0,

@@ -98,6 +98,7 @@ class StageCosts:
     drain: float  # one backward and its send: how much this rank delays the flush behind it
     step_exposed: float  # communication after the last backward (data parallel, tied embeddings)
     optimizer: float  # one optimizer step
+    accumulate: float  # adding one microbatch's gradients to the accumulated ones (measured kernels; else 0)
     data_parallel: Traffic
     tensor_parallel: Traffic
     pipeline_parallel: Traffic
@@ -290,6 +291,7 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
                       drain=work.backward + tp.backward + pp.send_time,
                       step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
                       optimizer=_optimizer(spec, lay, tr, hw, span, states, convention),
+                      accumulate=accumulate_time(spec, lay, hw, span),
                       data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic,
                       step_bytes=(d.step, t.step, p.step, d.wire_step, t.wire_step, p.wire_step),
                       microbatch_bytes=(d.microbatch, t.microbatch, p.microbatch, d.wire_microbatch,
@@ -304,6 +306,19 @@ def _optimizer(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: S
                             > 2 * spec.hidden)
     return optimizer_time(hw, states, state_bytes(tr, convention), tensors, lay.dp,
                           wrapper_step(hw.kernels, lay, span, tensors), lay.world_size > 1)
+
+
+def accumulate_time(spec: ModelSpec, lay: Layout, hw: Hardware, span: Span) -> float:
+    """With measured kernels: one addition per parameter tensor of the rank (its whole gradient: DDP, FSDP2 without
+    gradient synchronization and the pipelines accumulate unsharded), each at the ``add`` kernel's time for its
+    size, contended when ranks share the machine; every microbatch after the first pays it. Else 0."""
+    costs = hw.kernels
+    if costs is None:
+        return 0.0
+    tensors = _rank_tensors(spec, lay.tp, span, par.head_parameters(spec.hidden, spec.vocab, spec.tied, lay.pp)
+                            > 2 * spec.hidden)
+    seconds = sum(count * kn.elementwise(costs, "add", numel)[0] for count, _, numel in tensors)
+    return seconds * (costs.contention_memory if lay.world_size > 1 else 1.0)
 
 
 _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
