@@ -86,7 +86,7 @@ def _link(hw: Hardware, kind: str, group_span: int, backend: str) -> tuple[float
     """(α, β, algorithms) for a collective of ``kind`` over ``group_span`` devices: the calibration's fit for this kind
     where the profile has one (:meth:`distperf.hardware.Hardware.fitted`; fitted on the ring's steps and volume, so
     timed with them), else the link's α-β and the backend's algorithms."""
-    fit = hw.fitted(kind, group_span)
+    fit = hw.fitted(kind, group_span) if hw.collectives else None
     return (*fit, "nccl") if fit is not None else (*hw.link(group_span), backend)
 
 
@@ -253,33 +253,21 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
     grads = params * gb
     exposed_step = exposed_microbatch = 0.0
     overlap = hw.kernels.overlap if hw.kernels is not None else 1.0
-
-    def bucketed(total, bucket, compute, kind):
-        """Exposed time of ``kind`` in buckets behind ``compute``, hiding only ``overlap`` of what it could."""
-        *link, algorithms = _link(hw, kind, group, backend)
-        perfect = bucketed_exposed_time(total, bucket, compute, kind, dp, *link, backend=algorithms)
-        if overlap >= 1.0:
-            return perfect
-        serial = bucketed_exposed_time(total, bucket, 0.0, kind, dp, *link, backend=algorithms)
-        return serial - overlap * (serial - perfect)
-
-    def hidden(comm, compute):
-        """What is left of ``comm`` issued beside ``compute``: comm − overlap · min(comm, compute)."""
-        return comm - overlap * min(comm, compute)
-
     if zero == 0 or (zero == 1 and convention != "paper"):
-        exposed_step = bucketed(grads, bucket_bytes, work.backward, "all-reduce")
+        exposed_step = _bucketed(hw, grads, bucket_bytes, work.backward, "all-reduce", dp, group, backend, overlap)
         if zero == 1:
             exposed_step += _broadcasts_time(states, dp, pb, hw.link(group), backend)
     elif zero == 1:
-        exposed_step = (bucketed(grads, bucket_bytes, work.backward, "reduce-scatter")
+        exposed_step = (_bucketed(hw, grads, bucket_bytes, work.backward, "reduce-scatter", dp, group, backend, overlap)
                         + collective_time("all-gather", params * pb, dp, *_link(hw, "all-gather", group, backend)))
     else:
         gathered = params if convention == "paper" else dp * states.owned
         gather = collective_time("all-gather", gathered * pb, dp, *_link(hw, "all-gather", group, backend))
         layer = max((shard for count, shard in states.units if count), default=0)
-        reduction = bucketed(gathered * gb, dp * layer * gb, work.backward, "reduce-scatter")
-        exposed_microbatch = hidden(gather, work.forward) + (hidden(gather, work.backward) if zero == 3 else 0)
+        reduction = _bucketed(hw, gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp, group, backend,
+                              overlap)
+        exposed_microbatch = gather - overlap * min(gather, work.forward) + (
+            gather - overlap * min(gather, work.backward) if zero == 3 else 0)
         if convention == "paper":
             exposed_microbatch += reduction
         else:
@@ -289,6 +277,20 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
                           wire_microbatch=traffic.wire_microbatch + traffic.wire_step)
         exposed_microbatch, exposed_step = exposed_microbatch + exposed_step, 0.0
     return DataParallelTerms(exposed_step=exposed_step, exposed_microbatch=exposed_microbatch, traffic=traffic)
+
+
+def _bucketed(hw: Hardware, total: float, bucket: float, compute: float, kind: str, dp: int, group: int, backend: str,
+              overlap: float) -> float:
+    """Exposed time of ``kind`` reduced in buckets behind ``compute`` (:func:`bucketed_exposed_time`), hiding only the
+    share ``overlap`` of what perfect overlap hides: serial − overlap · (serial − perfect)."""
+    if not hw.collectives and overlap >= 1.0:
+        return bucketed_exposed_time(total, bucket, compute, kind, dp, *hw.link(group), backend=backend)
+    *link, algorithms = _link(hw, kind, group, backend)
+    perfect = bucketed_exposed_time(total, bucket, compute, kind, dp, *link, backend=algorithms)
+    if overlap >= 1.0:
+        return perfect
+    serial = bucketed_exposed_time(total, bucket, 0.0, kind, dp, *link, backend=algorithms)
+    return serial - overlap * (serial - perfect)
 
 
 def _broadcasts_time(states: ModelStates, dp: int, pb: int, link, backend: str) -> float:

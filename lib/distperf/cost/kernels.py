@@ -255,7 +255,12 @@ def ends(costs: KernelCosts, b: int, s: int, h: int, vocab: int, first: bool, la
     return out
 
 
+@lru_cache(maxsize=1 << 14)
+def adam_tensor(costs: KernelCosts, elements: int) -> float:
+    """Seconds of Adam's step on one tensor of ``elements`` (table ``adam``)."""
+    return loglog(costs.adam, elements)
+
+
 def adam_step(costs: KernelCosts, tensors) -> float:
     """Seconds of one Adam step over ``tensors`` ((count, elements), …): the per-tensor loop."""
-    table = tuple((r[0], r[1]) for r in costs.adam)
-    return sum(count * loglog(table, elements) for count, elements in tensors)
+    return sum(count * adam_tensor(costs, elements) for count, elements in tensors)

@@ -246,7 +246,10 @@ def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter:
     moments and writes the moments and the parameters of the elements it owns, (g + 2·o + 2·p) bytes each, over the
     memory bandwidth."""
     costs = hw.kernels
-    if costs is not None and costs.adam and tensors:
+    if costs is None:
+        pb, gb, ob = state_bytes_per_parameter
+        return states.owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth
+    if costs.adam and tensors:
         if states.units:  # FSDP2: every tensor cut along dim 0 into dp shards
             owned = tuple((count, -(-numel // dp)) for count, _, numel in tensors)
         else:
@@ -258,8 +261,7 @@ def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter:
             loop = fixed + (loop - fixed) * costs.contention_memory
         return loop + costs.step_s + wrappers
     pb, gb, ob = state_bytes_per_parameter
-    return states.owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth + (costs.step_s + wrappers if costs is not None
-                                                                        else 0.0)
+    return states.owned * (gb + 2 * ob + 2 * pb) / hw.memory_bandwidth + costs.step_s + wrappers
 
 
 def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, bucket_bytes: float,
@@ -284,14 +286,22 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     if pp is None:
         pp = _TERMS[key] = pipeline(spec, lay, tr, hw, span, convention, backend)
     dp = data_parallel(spec, lay, tr, hw, states, work, bucket_bytes, convention, backend, traffic)
+    if hw.kernels is None:
+        optimizer, accumulate = optimizer_time(hw, states, state_bytes(tr, convention)), 0.0
+    else:
+        key = ("optimizer", spec, tr, hw, lay.dp, lay.tp, lay.pp, lay.zero, lay.sequence_parallel, span, convention)
+        found = _TERMS.get(key)
+        if found is None:
+            found = _TERMS[key] = (_optimizer(spec, lay, tr, hw, span, states, convention),
+                                   accumulate_time(spec, lay, hw, span))
+        optimizer, accumulate = found
     exposed = tp.time + pp.sends * pp.send_time + dp.exposed_microbatch
     d, t, p = dp.traffic, tp.traffic, pp.traffic
     return StageCosts(states=states, microbatch=work.forward + work.backward + exposed,
                       compute=work.forward + work.backward, exposed=exposed,
                       drain=work.backward + tp.backward + pp.send_time,
                       step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
-                      optimizer=_optimizer(spec, lay, tr, hw, span, states, convention),
-                      accumulate=accumulate_time(spec, lay, hw, span),
+                      optimizer=optimizer, accumulate=accumulate,
                       data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic,
                       step_bytes=(d.step, t.step, p.step, d.wire_step, t.wire_step, p.wire_step),
                       microbatch_bytes=(d.microbatch, t.microbatch, p.microbatch, d.wire_microbatch,
