@@ -152,3 +152,10 @@ def test_the_verdict_follows_the_goals():
     assert tm.verdict(pd.DataFrame({"met": [True, False]})) == "depends"
     assert tm.verdict(pd.DataFrame({"met": [False, False]})) == "not reproduced"
     assert tm.verdict(pd.DataFrame({"met": [None, None]})) == "not measured"
+
+
+def test_the_largest_misses_are_named_from_the_data():
+    last = tm.LADDER[-1][0]
+    table = pd.DataFrame({"strategy": ["a", "b", "c", "d"], last: [-0.05, 0.4, -0.3, 0.1]})
+    assert tm.largest_misses(table, 2) == "b (+40%), c (-30%)"
+    assert tm.largest_misses(pd.DataFrame()) == "not measured"

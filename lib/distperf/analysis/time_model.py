@@ -34,7 +34,7 @@ LADDER = (
                                                   collectives=())),
     ("+ framework costs", lambda hw: replace(hw, kernels=hw.kernels.without("contention"), collectives=())),
     ("+ collectives as issued", lambda hw: replace(hw, kernels=hw.kernels.without("contention"))),
-    ("+ contention", lambda hw: hw),
+    ("+ overlap and contention", lambda hw: hw),
 )
 # declared before the data: median and largest |signed error| of the iteration time per mode, and of the exposed
 # communication of the one parallelism a run uses, where it exceeds EXPOSED_SHARE of the iteration
@@ -202,18 +202,29 @@ def closes(table: pd.DataFrame) -> str:
             f"the median |error| over strategies goes {ladder}: no step lowers it")
 
 
+def largest_misses(table: pd.DataFrame, count: int = 3) -> str:
+    """The ``count`` strategies whose median signed error is largest in size after the whole ladder, in words."""
+    last = LADDER[-1][0]
+    if not len(table) or last not in table:
+        return "not measured"
+    worst = table.assign(size=table[last].abs()).nlargest(count, "size")
+    return ", ".join(f"{r.strategy} ({r[last]:+.0%})" for _, r in worst.iterrows())
+
+
 def draw_ablation(ax, table: pd.DataFrame) -> None:
     """Per strategy, the median signed error after each step of :data:`LADDER` (lines from left to right)."""
     steps = [label for label, _ in LADDER if label in table.columns]
     x = np.arange(len(steps))
-    for _, r in table.iterrows():
-        ax.plot(x, [r[s] for s in steps], marker="o", label=r.strategy)
+    markers = "osD^vP*X<>h"
+    for i, (_, r) in enumerate(table.iterrows()):
+        ax.plot(x, [r[s] for s in steps], marker=markers[i % len(markers)], ls="-" if i < 10 else "--",
+                label=r.strategy)
     ax.axhline(0, color="black", lw=0.8)
     ax.axhspan(-GOALS["analytical"][0], GOALS["analytical"][0], color="lightgrey", alpha=0.5, lw=0)
     ax.set_xticks(x, steps, rotation=15, ha="right")
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:+.0%}")
     ax.set_ylabel("median signed error of the iteration")
-    ax.legend(fontsize="x-small", ncol=2)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def by_regime(errs: pd.DataFrame) -> pd.DataFrame:
