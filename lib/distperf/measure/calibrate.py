@@ -259,16 +259,24 @@ def _bench_rank(rank: int, world: int, port: int, sizes, reps: int, backend: str
 
 def collective_times(ranks: int, sizes, reps: int = 10, device="cpu", timeout: float = 120.0) -> list[dict]:
     """[{collective, ranks, bytes, seconds}] for 2…``ranks`` ranks; raises TimeoutError past ``timeout``."""
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    return _spawned(_bench_rank, ranks, lambda port, out: (ranks, port, tuple(sizes), reps, backend, out), timeout,
+                    "the collective benchmark")
+
+
+def _spawned(target, ranks: int, args, timeout: float, what: str):
+    """Run ``target(rank, *args(port, out))`` on ``ranks`` spawned processes with one thread each (a free loopback
+    port, a temporary output file); return the JSON rank 0 wrote there. Raises TimeoutError past ``timeout``, and
+    kills what is left."""
     import torch.multiprocessing as mp
 
-    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
     with tempfile.TemporaryDirectory(prefix="distperf-calibrate-") as tmp:
-        out = os.path.join(tmp, "rows.json")
+        out = os.path.join(tmp, "out.json")
         env_threads = os.environ.get("OMP_NUM_THREADS")
         os.environ["OMP_NUM_THREADS"] = "1"
         try:
-            ctx = mp.start_processes(_bench_rank, args=(ranks, _free_port(), tuple(sizes), reps, backend, out),
-                                     nprocs=ranks, join=False, start_method="spawn")
+            ctx = mp.start_processes(target, args=args(_free_port(), out), nprocs=ranks, join=False,
+                                     start_method="spawn")
         finally:
             if env_threads is None:
                 os.environ.pop("OMP_NUM_THREADS", None)
@@ -278,7 +286,7 @@ def collective_times(ranks: int, sizes, reps: int = 10, device="cpu", timeout: f
         try:
             while not ctx.join(timeout=0.5):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the collective benchmark on {ranks} ranks did not finish within {timeout:g} s")
+                    raise TimeoutError(f"{what} on {ranks} ranks did not finish within {timeout:g} s")
         finally:
             for p in ctx.processes:
                 if p.is_alive():
@@ -381,33 +389,8 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
     all-reduce and the burst of compute it was issued before that ran at once, (burst + all-reduce − both) /
     min(burst, all-reduce), in [0, 1], the least of any rank. Raises TimeoutError past ``timeout``."""
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="distperf-conditions-") as tmp:
-        out = os.path.join(tmp, "conditions.json")
-        env_threads = os.environ.get("OMP_NUM_THREADS")
-        os.environ["OMP_NUM_THREADS"] = "1"
-        try:
-            ctx = mp.start_processes(_conditions_rank, args=(ranks, _free_port(), tuple(sizes), reps, out),
-                                     nprocs=ranks, join=False, start_method="spawn")
-        finally:
-            if env_threads is None:
-                os.environ.pop("OMP_NUM_THREADS", None)
-            else:
-                os.environ["OMP_NUM_THREADS"] = env_threads
-        deadline = time.monotonic() + timeout
-        try:
-            while not ctx.join(timeout=0.5):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the training-conditions benchmark on {ranks} ranks did not finish within "
-                                       f"{timeout:g} s")
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        with open(out) as f:
-            return json.load(f)
+    return _spawned(_conditions_rank, ranks, lambda port, out: (ranks, port, tuple(sizes), reps, out), timeout,
+                    "the training-conditions benchmark")
 
 
 def ring_terms(collective: str, n: int, nbytes: float) -> tuple[float, float]:
