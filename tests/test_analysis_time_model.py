@@ -31,8 +31,19 @@ def row(model: str, ratio: float, profiled_ratio: float | None = None, **layout)
     for section in ("model", "layout", "training"):
         for key, value in asdict(getattr(cfg, section)).items():
             out[f"config.{section}.{key}"] = json.dumps(list(value)) if isinstance(value, tuple) else value
-    if profiled_ratio is not None:
-        out["prediction.profiled.time_s.iteration"] = predicted * ratio * profiled_ratio
+    if profiled_ratio is not None:  # layer times k·T whose profiled prediction is the measured median × ratio
+        shape = {"layer": (1e-3, 2e-3), "embedding": (1e-4, 1e-4), "head": (1e-4, 2e-4)}
+
+        def profiled(k):
+            times = {part: (k * f, k * b) for part, (f, b) in shape.items()}
+            return predict(cfg, HW, layer_times=times)["time_s"]["iteration"]
+
+        target = predicted * ratio * profiled_ratio
+        k = (target - profiled(0.0)) / (profiled(1.0) - profiled(0.0))  # affine in k away from the schedule's kinks
+        assert profiled(k) == pytest.approx(target, rel=1e-6)
+        for part, (f, b) in shape.items():
+            out[f"prediction.profiled.layer_times.{part}.forward_s"] = k * f
+            out[f"prediction.profiled.layer_times.{part}.backward_s"] = k * b
     return out
 
 

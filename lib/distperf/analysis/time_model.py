@@ -81,17 +81,38 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
 
 def errors(tables: dict, hw) -> pd.DataFrame:
     """Per held-out configuration: ``experiment``, ``strategy``, ``model``, ``measured_s``, and the signed errors of
-    the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one (the run's own
-    prediction from profiled layer times; NaN where it had none)."""
+    the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
+    (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``)."""
     frame = _frame(tables)
     if hw is None or not len(frame):
         return pd.DataFrame(columns=["experiment", "strategy", "model", "measured_s", "analytical", "profiled"])
     predicted = rows.with_predictions(frame, hw, check=False)
+    profiled = [profiled_prediction(r, hw) for _, r in frame.iterrows()]
     out = pd.DataFrame({"experiment": frame.experiment, "strategy": frame.apply(strategy, axis=1),
                         "model": frame["config.model.name"], "measured_s": predicted.measured_s,
                         "analytical": signed_error(predicted.predicted_s, predicted.measured_s),
-                        "profiled": signed_error(predicted.profiled_s.astype(float), predicted.measured_s)})
+                        "profiled": signed_error(pd.Series(profiled, index=frame.index, dtype=float),
+                                                 predicted.measured_s)})
     return held_out(out).reset_index(drop=True)
+
+
+LAYER_TIMES = "prediction.profiled.layer_times."
+
+
+def profiled_prediction(row, hw) -> float:
+    """The profiled mode's iteration on ``hw``: :func:`distperf.cost.predict` with compute from the per-layer times the
+    run profiled (its ``prediction.profiled.layer_times.*``), every other term from ``hw`` as in the analytical mode;
+    NaN where the run had none."""
+    from ..cost import predict
+
+    try:
+        times = {part: (float(row[f"{LAYER_TIMES}{part}.forward_s"]), float(row[f"{LAYER_TIMES}{part}.backward_s"]))
+                 for part in ("layer", "embedding", "head")}
+    except (KeyError, TypeError, ValueError):
+        return np.nan
+    if any(np.isnan(x) for pair in times.values() for x in pair):
+        return np.nan
+    return predict(rows.config_of_row(row), hw, check=False, layer_times=times)["time_s"]["iteration"]
 
 
 def exposed_errors(tables: dict, hw) -> pd.DataFrame:

@@ -178,7 +178,9 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
 
     With profiled ``times`` (((f, b) layer, (f, b) embedding, (f, b) head) seconds of one microbatch on one
     device), as profiling-based predictors do: L/t·(f + b + recomputed share·f) + the ends' f + b, the
-    recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops.
+    recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops; with measured kernels in the
+    profile, times ``contention_compute`` when ranks share the machine, plus the parallel wrappers'
+    (:func:`wrapper_time`) — the profiled times come from one process running a plain layer.
 
     With the hardware's measured ``kernels`` (and no profiled times): the kernels one microbatch launches on the
     rank, each at its measured time (:func:`kernel_classes`), contended when several ranks share the machine."""
@@ -189,10 +191,14 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
     if times is not None:
         (layer_f, layer_b), (embed_f, embed_b), (head_f, head_b) = times
         recomputed = fl.recompute_forward_flops(b, s, h, ffn, rc) / fl.layer_forward_flops(b, s, h, ffn)
-        return Compute(forward=span.layers * layer_f / t + (embed_f if span.first else 0.0)
-                       + (head_f if span.last else 0.0),
-                       backward=(span.layers * (layer_b + recomputed * layer_f) / t + (embed_b if span.first else 0.0)
-                                 + (head_b if span.last else 0.0)))
+        forward = span.layers * layer_f / t + (embed_f if span.first else 0.0) + (head_f if span.last else 0.0)
+        backward = (span.layers * (layer_b + recomputed * layer_f) / t + (embed_b if span.first else 0.0)
+                    + (head_b if span.last else 0.0))
+        if hw.kernels is not None:  # the profiled times are one process's: add contention and the wrappers
+            factor = hw.kernels.contention_compute if lay.world_size > 1 else 1.0
+            wrapped = wrapper_time(hw.kernels, lay, span)
+            forward, backward = forward * factor + wrapped / 3, backward * factor + 2 * wrapped / 3
+        return Compute(forward=forward, backward=backward)
     rate = hw.flops(tr.precision)
     forward = span.layers * fl.layer_forward_flops(b, s, h, ffn) / t + \
         (fl.head_forward_flops(b, s, h, spec.vocab) if span.last else 0)
@@ -212,14 +218,21 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
         for c, factor in (("matrix_products", costs.contention_compute), ("attention", costs.contention_compute),
                           ("other_operators", costs.contention_memory)):
             out[c] = (out[c][0] * factor, out[c][1] * factor)
-    wrapped = 0.0  # forward + backward of the wrappers, split 1 : 2 as the work they wrap
-    if lay.tp > 1:
-        wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
-    if lay.zero >= 2 and lay.dp > 1:
-        wrapped += (span.layers + 1) * costs.fsdp_unit_s  # a unit per layer and the root
+    wrapped = wrapper_time(costs, lay, span)  # split 1 : 2 as the work they wrap
     f, b = out["framework"]
     out["framework"] = (f + wrapped / 3, b + 2 * wrapped / 3 + costs.backward_call_s)
     return out
+
+
+def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
+    """Forward + backward seconds the parallel wrappers add to one microbatch on the rank: DTensor's per
+    tensor-parallel layer, FSDP2's per unit (a unit per layer and the root)."""
+    wrapped = 0.0
+    if lay.tp > 1:
+        wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
+    if lay.zero >= 2 and lay.dp > 1:
+        wrapped += (span.layers + 1) * costs.fsdp_unit_s
+    return wrapped
 
 
 def wrapper_step(costs: kn.KernelCosts, lay: Layout, span: Span, tensors: tuple) -> float:
