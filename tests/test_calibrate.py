@@ -59,7 +59,9 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(tmp_path, capsys)
     # the kernel time model's constants: measured tables, the wrappers, and the one fit, on the tiny preset
     k = hw.kernels
     assert k is not None and len(k.linear_fp32) == 4 and len(k.attention) == 2 * 2 * 2 and len(k.adam) == 6
-    assert all(r[1] > 0 and r[2] > 0 for r in k.linear_fp32)
+    # forward times are positive; a backward is net of the engine's start, so a small one may measure 0 on a busy
+    # machine, but the largest is well above it
+    assert all(r[1] > 0 and r[2] >= 0 for r in k.linear_fp32) and k.linear_fp32[-1][2] > 0
     assert k.tp_layer_s > 0 and k.fsdp_unit_s > 0 and k.module_call_s > 0
     assert k.step_s == side["step_fit"]["step_s"]
     assert {r["model"] for r in side["step_fit"]["rows"]} == {"tiny"}
