@@ -227,3 +227,32 @@ def test_every_microbatch_after_the_first_adds_its_gradients():
     assert added > 0 and accumulate_time(four.model, four.layout, PRESETS["A100-80GB"], span) == 0.0
     rank = stage_costs(four.model, four.layout, four.training, hw, (span,), 25 * 2**20)[span]
     assert predict(four, hw)["time_s"]["iteration"] == pytest.approx(4 * rank.microbatch + rank.optimizer + 3 * added)
+
+
+def test_the_parallel_paths_own_costs():
+    hw = replace(PRESETS["A100-80GB"], intra_latency=1e-4, intra_bandwidth=1e8, kernels=synthetic_costs())
+    tp = small_cfg(tp=2)
+    slower = replace(hw, kernels=synthetic_costs(tp_collective_s=1e-3))
+    calls = 4 * tp.model.layers  # two all-reduces forward and two backward per layer
+    gained = predict(tp, slower)["time_s"]["iteration"] - predict(tp, hw)["time_s"]["iteration"]
+    assert gained == pytest.approx(tp.layout.microbatches * calls * 1e-3, rel=1e-6)
+    z3 = small_cfg(dp=2, zero=3)
+    hidden = predict(z3, replace(hw, kernels=synthetic_costs(fsdp_overlap=1.0)))["time_s"]["communication_exposed"]
+    shown = predict(z3, replace(hw, kernels=synthetic_costs(fsdp_overlap=0.0)))["time_s"]["communication_exposed"]
+    assert shown > hidden
+    ddp = small_cfg(dp=2)  # FSDP2's overlap is its own: DDP keeps the plain one
+    assert predict(ddp, replace(hw, kernels=synthetic_costs(fsdp_overlap=0.0)))["time_s"] == \
+        predict(ddp, hw)["time_s"]
+
+
+def test_path_constants_from_the_probe_times():
+    from distperf.measure.calibrate import PATH_UNITS, path_constants
+
+    kernels = synthetic_costs(tp_layer_s=1e-4, fsdp_unit_s=1e-4).to_dict()
+    fits = {kind: {"all": {"alpha": 1e-4, "beta": 1e9}} for kind in ("all-reduce", "all-gather", "reduce-scatter")}
+    base = path_constants({"tp_layer_s": 0.0, "plain_stack_s": 0.01, "fsdp_stack_s": 0.01 + (PATH_UNITS + 1) * 1e-4,
+                           "plain_layer_s": 0.0}, kernels, fits, 2)
+    assert base["tp_collective_s"] == 0.0 and base["fsdp_overlap"] == 1.0  # nothing beyond: all hidden
+    slow = path_constants({"tp_layer_s": 1.0, "plain_stack_s": 0.01, "fsdp_stack_s": 10.0, "plain_layer_s": 0.0},
+                          kernels, fits, 2)
+    assert slow["tp_collective_s"] > 0.2 and slow["fsdp_overlap"] == 0.0

@@ -264,7 +264,8 @@ def by_regime(errs: pd.DataFrame) -> pd.DataFrame:
 def predicted_classes(cfg, hw) -> dict:
     """The predicted iteration of ``cfg`` on ``hw`` (with kernels) in the classes of the measured breakdown, for the
     pipeline rank with the most compute: matrix products, attention, other operators, framework (×m microbatches;
-    the gradients' accumulation in other operators, the step's fixed Python in framework), optimizer, and the exposed communication and bubble of the prediction."""
+    the gradients' accumulation in other operators, the step's fixed Python in framework), optimizer, and the
+    exposed communication and bubble of the prediction."""
     from ..cost import predict
     from ..cost.predict import rank_spans
     from ..cost.stage import accumulate_time, kernel_classes
@@ -332,6 +333,11 @@ def constants_table(hw) -> pd.DataFrame:
          "a 192×192 matrix product, the same"),
         ("overlap", f"{k.overlap:.3g}", "share of the shorter hidden",
          "an asynchronous 1 MiB all-reduce issued before a burst of matrix products, waited after"),
+        ("fsdp_overlap", f"{k.fsdp_overlap:.3g}", "share of FSDP2's collectives hidden",
+         "4 Blocks (h 256, s 64) under FSDP2 on every rank less plain and the one-rank wrappers, over the "
+         "collectives' α-β time"),
+        ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",
+         "a Block tensor-parallel on every rank less its kernels, the one-rank wrapper and 4 all-reduces' α-β"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")

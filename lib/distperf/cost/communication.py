@@ -83,8 +83,8 @@ def activation_message(spec: ModelSpec, lay: Layout, tr: Training, convention: s
 
 
 def _link(hw: Hardware, kind: str, group_span: int, backend: str) -> tuple[float, float, str]:
-    """(α, β, algorithms) for a collective of ``kind`` over ``group_span`` devices: the calibration's fit for this kind
-    where the profile has one (:meth:`distperf.hardware.Hardware.fitted`; fitted on the ring's steps and volume, so
+    """(α, β, algorithms) for a collective of ``kind`` over ``group_span`` devices: the calibration's fit for this
+    kind where the profile has one (:meth:`distperf.hardware.Hardware.fitted`; fitted on the ring's steps and volume, so
     timed with them), else the link's α-β and the backend's algorithms."""
     fit = hw.fitted(kind, group_span) if hw.collectives else None
     return (*fit, "nccl") if fit is not None else (*hw.link(group_span), backend)
@@ -113,7 +113,8 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
     reduce-scattered outputs bf16, the backward the other way round; the first stage's backward all-gathers the
     embedding output's gradient and the last stage's forward the head's input (b·s·h fp32 each); and each
     LayerNorm weight and bias keeps a Partial gradient, which the optimizer's reads turn Replicate by an
-    all-reduce each (h fp32 values; Adam reads a gradient three times, SGD once) after the last backward."""
+    all-reduce each (h fp32 values; Adam reads a gradient three times, SGD once) after the last backward. With
+    measured kernels each of these collectives also costs DTensor's ``tp_collective_s``."""
     t = lay.tp
     if t == 1:
         return NO_TENSOR_PARALLEL
@@ -139,12 +140,13 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
                    ("all-gather", gather_value, int(span.last))),  # the head's input
                   (("all-gather", forward_value, 2 * n), ("reduce-scatter", backward_value, 2 * n),
                    ("all-gather", gather_value, int(span.first))))  # the embedding output's gradient
+    path = hw.kernels.tp_collective_s if hw.kernels is not None else 0.0  # DTensor's cost per collective
     times, algorithmic, wire = [], 0.0, 0.0
     for phase in phases:
         seconds = 0.0
         for kind, value, calls in phase:
             if calls:
-                seconds += calls * collective_time(kind, elements * value, t, *_link(hw, kind, t, backend))
+                seconds += calls * (collective_time(kind, elements * value, t, *_link(hw, kind, t, backend)) + path)
                 a, w = _volume(kind, elements * value, t, calls, value)
                 algorithmic, wire = algorithmic + a, wire + w
         times.append(seconds)
@@ -153,7 +155,8 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
         uses = ADAM_GRADIENT_USES if tr.optimizer == "adam" else 1
         norms = uses * (2 * n + (1 if span.last else 0)) * 2  # weight and bias of each LayerNorm
         step, wire_step = _volume("all-reduce", spec.hidden * 4, t, norms, 4)
-        step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *_link(hw, "all-reduce", t, backend))
+        step_exposed = norms * (collective_time("all-reduce", spec.hidden * 4, t, *_link(hw, "all-reduce", t, backend))
+                                + path)
     return TensorParallelTerms(time=times[0] + times[1], backward=times[1], step_exposed=step_exposed,
                                traffic=Traffic(step=step, microbatch=algorithmic, wire_step=wire_step,
                                                wire_microbatch=wire))
@@ -264,6 +267,7 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
         gathered = params if convention == "paper" else dp * states.owned
         gather = collective_time("all-gather", gathered * pb, dp, *_link(hw, "all-gather", group, backend))
         layer = max((shard for count, shard in states.units if count), default=0)
+        overlap = hw.kernels.fsdp_overlap if hw.kernels is not None else 1.0  # FSDP2's own path
         reduction = _bucketed(hw, gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp, group, backend,
                               overlap)
         exposed_microbatch = gather - overlap * min(gather, work.forward) + (

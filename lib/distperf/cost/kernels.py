@@ -9,8 +9,8 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
 :mod:`distperf.measure.breakdown`):
 
 - **matrix products**: each linear layer (m tokens, k inputs, n outputs) at the time of the square linear layer
-  (an input of n_eff tokens of n_eff features) of n_eff = (m·n·k)^(1/3), read from the table ``linear_<dtype>`` (log-log interpolation; beyond its largest size,
-  time ∝ n_eff³); one ``addmm`` forward, two ``mm`` and the bias's sum backward;
+  (an input of n_eff tokens of n_eff features) of n_eff = (m·n·k)^(1/3), read from the table ``linear_<dtype>``
+  (log-log interpolation; beyond its largest size, time ∝ n_eff³); one ``addmm`` forward, two ``mm`` and the bias's sum backward;
 - **attention**: the fused kernel, a call's fixed cost + (batch × heads) × the time per head, both read from the
   table ``attention`` over (causal, s, d) (bilinear in log s, log d; beyond the table, time per head ∝ s²·d); the
   unfused form (``math``, or dropout on the probabilities) as two batched matrix products, a softmax and, with
@@ -31,8 +31,9 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
 ``contention_memory`` times their time alone (both measured with every rank running the same kernel at once). And
 communication that the framework hides behind compute (DDP's buckets, FSDP2's gathers and reduce-scatters) hides
-only by the measured ``overlap``: the exposed time is the whole communication less ``overlap`` × what perfect
-overlap would hide.
+only by the measured ``overlap`` (FSDP2's by ``fsdp_overlap``, measured on its own path): the exposed time is the
+whole communication less that share of what perfect overlap would hide. A tensor-parallel collective through
+DTensor costs ``tp_collective_s`` beyond its α-β time (measured on two ranks).
 
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
@@ -48,7 +49,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 CLASSES = ("matrix_products", "attention", "other_operators", "framework")
-WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s")
+WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s")
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
 
@@ -72,10 +73,12 @@ class KernelCosts:
     fsdp_unit_s: float = 0.0  # one FSDP2 unit's forward + backward (hooks, all-gather copy-in/out)
     ddp_step_s: float = 0.0  # DDP's hooks and bucket bookkeeping, per step
     adam_dtensor_tensor_s: float = 0.0  # Adam's step on a DTensor parameter beyond a plain one
+    tp_collective_s: float = 0.0  # a tensor-parallel collective through DTensor beyond its α-β time (two ranks)
     # every rank of the machine running at once over one alone (calibrate's training_conditions), ≥ 1
     contention_memory: float = 1.0  # memory-bound kernels (a large copy)
     contention_compute: float = 1.0  # compute-bound kernels (a matrix product)
     overlap: float = 1.0  # share of the shorter of an asynchronous collective and compute that runs at once, [0, 1]
+    fsdp_overlap: float = 1.0  # share of FSDP2's gathers and reduce-scatters its forward and backward hide, [0, 1]
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -96,11 +99,13 @@ class KernelCosts:
                   contention_memory=float(data.get("contention", {}).get("memory", 1.0)),
                   contention_compute=float(data.get("contention", {}).get("compute", 1.0)),
                   overlap=float(data.get("contention", {}).get("overlap", 1.0)),
+                  fsdp_overlap=float(data.get("contention", {}).get("fsdp", 1.0)),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
-                    out.contention_compute - 1, out.overlap, 1 - out.overlap,
+                    out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap,
+                    1 - out.fsdp_overlap,
                     *(getattr(out, k) for k in WRAPPERS)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
@@ -112,10 +117,11 @@ class KernelCosts:
     def to_dict(self) -> dict:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name not in WRAPPERS and not f.name.startswith("contention_") and f.name != "overlap"}
+               if f.name not in WRAPPERS and not f.name.startswith("contention_")
+               and f.name not in ("overlap", "fsdp_overlap")}
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}
         out["contention"] = {"memory": self.contention_memory, "compute": self.contention_compute,
-                             "overlap": self.overlap}
+                             "overlap": self.overlap, "fsdp": self.fsdp_overlap}
         return out
 
     def without(self, *terms: str) -> KernelCosts:
@@ -124,7 +130,7 @@ class KernelCosts:
         ``contention`` (every rank computes as fast as one alone, and communication hides fully behind compute)."""
         changes = {}
         if "contention" in terms:
-            changes.update(contention_memory=1.0, contention_compute=1.0, overlap=1.0)
+            changes.update(contention_memory=1.0, contention_compute=1.0, overlap=1.0, fsdp_overlap=1.0)
         if "optimizer" in terms:
             changes["adam"] = ()
         if "framework" in terms:

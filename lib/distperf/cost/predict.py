@@ -172,8 +172,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                 iteration, finish, slowest = end, pipe - drain, rank
             drain += rank.drain / v
     else:  # no flush: in steady state every rank keeps the pace of the slowest
-        slowest = max(stages.values(), key=lambda rank: m * rank.microbatch + rank.step_exposed + updates * rank.optimizer
-                      + (m - 1) * rank.accumulate)
+        slowest = max(stages.values(), key=lambda rank: m * rank.microbatch + rank.step_exposed
+                      + updates * rank.optimizer + (m - 1) * rank.accumulate)
         finish = m * slowest.microbatch
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
     bubble = finish - m * slowest.microbatch

@@ -255,9 +255,9 @@ def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter:
     """One optimizer step. With measured kernels (:func:`distperf.cost.kernels.adam_step`): Adam's loop over the
     ``tensors`` ((count, dim 0, elements), …) the rank updates — ZeRO-1 a share owned/parameters of them, ZeRO-2/3
     each cut in dp shards — plus the step's fixed Python and the parallel ``wrappers``' per-step cost
-    (:func:`wrapper_step`); ``contended``: several ranks share the machine's memory bandwidth. Otherwise memory-bound: it reads the gradient and both
-    moments and writes the moments and the parameters of the elements it owns, (g + 2·o + 2·p) bytes each, over the
-    memory bandwidth."""
+    (:func:`wrapper_step`); ``contended``: several ranks share the machine's memory bandwidth. Otherwise
+    memory-bound: it reads the gradient and both moments and writes the moments and the parameters of the elements
+    it owns, (g + 2·o + 2·p) bytes each, over the memory bandwidth."""
     costs = hw.kernels
     if costs is None:
         pb, gb, ob = state_bytes_per_parameter

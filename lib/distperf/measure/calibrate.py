@@ -373,11 +373,82 @@ def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: st
         together = slowest(together, device)
         if rank == 0:
             contention[name] = max(together / solo, 1.0)
+    paths = {name: slowest(seconds, device) for name, seconds in parallel_paths(world).items()}
     dist.barrier()
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"issued": rows, "contention": contention, "compute_between_s": base}, f)
+            json.dump({"issued": rows, "contention": contention, "compute_between_s": base, "paths": paths}, f)
     dist.destroy_process_group()
+
+
+PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, seq=64)  # no preset's shape
+PATH_UNITS = 4
+
+
+def parallel_paths(world: int, min_run_time: float = 0.3) -> dict:
+    """Forward + backward seconds, on this rank while every rank runs the same, of one :class:`distperf.model.Block`
+    of :data:`PATH_PROBE`'s shape plain (``plain_layer_s``) and tensor-parallel over the ``world`` ranks as the
+    trainers shard it (``tp_layer_s``), and of :data:`PATH_UNITS` Blocks plain (``plain_stack_s``) and under FSDP2,
+    one unit each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide."""
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from ..config import ModelSpec
+    from ..model import Block, layer_input
+    from ..parallel.tensor import layer_plan
+    from .kernels import median_time
+
+    spec = ModelSpec(**PATH_PROBE)
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    x = layer_input(spec, 1).requires_grad_(True)
+
+    def timed(module) -> float:
+        import torch.distributed as dist
+
+        dist.barrier()
+        return median_time(lambda: module(x).sum().backward(), min_run_time)
+
+    stack = nn.Sequential(*[Block(spec) for _ in range(PATH_UNITS)])
+    sharded = nn.Sequential(*[Block(spec) for _ in range(PATH_UNITS)])
+    for block in sharded:
+        fully_shard(block, mesh=mesh)
+    fully_shard(sharded, mesh=mesh)
+    return {"plain_layer_s": timed(Block(spec)), "tp_layer_s": timed(parallelize_module(Block(spec), mesh,
+                                                                                          layer_plan(False))),
+            "plain_stack_s": timed(stack), "fsdp_stack_s": timed(sharded)}
+
+
+def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
+    """What the parallel paths cost beyond the kernel time model's other terms, from :func:`parallel_paths`:
+
+    - ``tp_collective_s``: per tensor-parallel collective, DTensor's cost beyond the α-β time of an all-reduce as a
+      step issues it (``fits``), (tp layer − its kernels, contended − the one-rank wrapper − 4 all-reduces) / 4;
+    - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
+      1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), in [0, 1]."""
+    from ..config import ModelSpec
+    from ..cost import kernels as kn
+    from ..cost.collectives import collective_time
+    from ..cost.parameters import layer_parameters
+
+    costs = kn.KernelCosts.from_dict(kernels)
+    spec = ModelSpec(**PATH_PROBE)
+    message = spec.seq * spec.hidden * 4
+
+    def ring(kind, nbytes):
+        fit = fits[kind]["all"]
+        return collective_time(kind, nbytes, world, fit["alpha"], fit["beta"], "nccl")
+
+    sharded = kn.layer(costs, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, world, False, True, True, False, "none",
+                       False)
+    compute = sum(sum(pair) for c, pair in sharded.items() if c != "framework") * costs.contention_compute
+    extra = (paths["tp_layer_s"] - compute - costs.tp_layer_s - 4 * ring("all-reduce", message)) / 4
+    unit = layer_parameters(spec.hidden, spec.ffn) * 4
+    gathers = PATH_UNITS * (2 * ring("all-gather", unit) + ring("reduce-scatter", unit))
+    exposed = paths["fsdp_stack_s"] - paths["plain_stack_s"] - (PATH_UNITS + 1) * costs.fsdp_unit_s
+    return {"tp_collective_s": max(extra, 0.0), "fsdp_overlap": min(max(1 - exposed / gathers, 0.0), 1.0)}
 
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:
@@ -494,6 +565,9 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                           reps=5 if quick else 15, timeout=timeout)
         issued_fits = fit_collectives(conditions["issued"])
         kernels["contention"] = conditions["contention"]
+        paths = path_constants(conditions["paths"], kernels, issued_fits, ranks)
+        kernels["contention"]["fsdp"] = paths["fsdp_overlap"]
+        kernels["wrappers"]["tp_collective_s"] = paths["tp_collective_s"]
 
     best = {d: max((r["flops_per_s"] for r in gemm if r["dtype"] == d), default=None) for d in ("float32", "bfloat16")}
     ar = fits["all-reduce"]["all"]

@@ -104,7 +104,8 @@ def linear_times(sizes, dtype=torch.float32, min_run_time: float = 0.1, baseline
     return rows
 
 
-def attention_times(s_values=ATTENTION_S, d_values=ATTENTION_D, min_run_time: float = 0.1, baseline: float = 0.0) -> list[list]:
+def attention_times(s_values=ATTENTION_S, d_values=ATTENTION_D, min_run_time: float = 0.1,
+                    baseline: float = 0.0) -> list[list]:
     """[[causal, s, d, forward_call_s, forward_per_head_s, backward_call_s, backward_per_head_s]]: fused attention
     at 1 and 8 (batch × heads), the line through them."""
     rows = []
