@@ -250,9 +250,9 @@ def test_path_constants_from_the_probe_times():
 
     kernels = synthetic_costs(tp_layer_s=1e-4, fsdp_unit_s=1e-4).to_dict()
     fits = {kind: {"all": {"alpha": 1e-4, "beta": 1e9}} for kind in ("all-reduce", "all-gather", "reduce-scatter")}
-    base = path_constants({"tp_layer_s": 0.0, "plain_stack_s": 0.01, "fsdp_stack_s": 0.01 + (PATH_UNITS + 1) * 1e-4,
+    base = path_constants({"tp_layer_s": 0.0, "tp_sp_layer_s": 0.0, "plain_stack_s": 0.01,
+                           "fsdp_stack_s": 0.01 + (PATH_UNITS + 1) * 1e-4, "plain_layer_s": 0.0}, kernels, fits, 2)
+    assert base["tp_collective_s"] == base["tp_sp_collective_s"] == 0.0 and base["fsdp_overlap"] == 1.0
+    slow = path_constants({"tp_layer_s": 1.0, "tp_sp_layer_s": 1.0, "plain_stack_s": 0.01, "fsdp_stack_s": 10.0,
                            "plain_layer_s": 0.0}, kernels, fits, 2)
-    assert base["tp_collective_s"] == 0.0 and base["fsdp_overlap"] == 1.0  # nothing beyond: all hidden
-    slow = path_constants({"tp_layer_s": 1.0, "plain_stack_s": 0.01, "fsdp_stack_s": 10.0, "plain_layer_s": 0.0},
-                          kernels, fits, 2)
-    assert slow["tp_collective_s"] > 0.2 and slow["fsdp_overlap"] == 0.0
+    assert slow["tp_collective_s"] > 0.2 and slow["tp_sp_collective_s"] > 0.1 and slow["fsdp_overlap"] == 0.0

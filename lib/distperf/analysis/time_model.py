@@ -338,6 +338,8 @@ def constants_table(hw) -> pd.DataFrame:
          "collectives' α-β time"),
         ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",
          "a Block tensor-parallel on every rank less its kernels, the one-rank wrapper and 4 all-reduces' α-β"),
+        ("tp_sp_collective_s", f"{k.tp_sp_collective_s * 1e6:.3g}", "µs per sequence-parallel collective",
+         "the same, sequence parallel, less 4 all-gathers' and 4 reduce-scatters' α-β"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")

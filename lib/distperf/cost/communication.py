@@ -114,7 +114,7 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
     embedding output's gradient and the last stage's forward the head's input (b·s·h fp32 each); and each
     LayerNorm weight and bias keeps a Partial gradient, which the optimizer's reads turn Replicate by an
     all-reduce each (h fp32 values; Adam reads a gradient three times, SGD once) after the last backward. With
-    measured kernels each of these collectives also costs DTensor's ``tp_collective_s``."""
+    measured kernels each collective of a layer also costs DTensor's ``tp_collective_s`` (``tp_sp_collective_s``)."""
     t = lay.tp
     if t == 1:
         return NO_TENSOR_PARALLEL
@@ -140,7 +140,9 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
                    ("all-gather", gather_value, int(span.last))),  # the head's input
                   (("all-gather", forward_value, 2 * n), ("reduce-scatter", backward_value, 2 * n),
                    ("all-gather", gather_value, int(span.first))))  # the embedding output's gradient
-    path = hw.kernels.tp_collective_s if hw.kernels is not None else 0.0  # DTensor's cost per collective
+    path = 0.0  # DTensor's cost per collective of a layer, measured
+    if hw.kernels is not None:
+        path = hw.kernels.tp_sp_collective_s if lay.sequence_parallel else hw.kernels.tp_collective_s
     times, algorithmic, wire = [], 0.0, 0.0
     for phase in phases:
         seconds = 0.0
@@ -155,8 +157,7 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
         uses = ADAM_GRADIENT_USES if tr.optimizer == "adam" else 1
         norms = uses * (2 * n + (1 if span.last else 0)) * 2  # weight and bias of each LayerNorm
         step, wire_step = _volume("all-reduce", spec.hidden * 4, t, norms, 4)
-        step_exposed = norms * (collective_time("all-reduce", spec.hidden * 4, t, *_link(hw, "all-reduce", t, backend))
-                                + path)
+        step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *_link(hw, "all-reduce", t, backend))
     return TensorParallelTerms(time=times[0] + times[1], backward=times[1], step_exposed=step_exposed,
                                traffic=Traffic(step=step, microbatch=algorithmic, wire_step=wire_step,
                                                wire_microbatch=wire))

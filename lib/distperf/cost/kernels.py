@@ -33,7 +33,8 @@ products and attention take ``contention_compute`` times, the memory-bound opera
 communication that the framework hides behind compute (DDP's buckets, FSDP2's gathers and reduce-scatters) hides
 only by the measured ``overlap`` (FSDP2's by ``fsdp_overlap``, measured on its own path): the exposed time is the
 whole communication less that share of what perfect overlap would hide. A tensor-parallel collective through
-DTensor costs ``tp_collective_s`` beyond its α-β time (measured on two ranks).
+DTensor costs ``tp_collective_s`` beyond its α-β time, a sequence-parallel layer's ``tp_sp_collective_s`` (measured
+on two ranks; the sequence-parallel LayerNorms' small gradient all-reduces after the step get neither).
 
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
@@ -49,7 +50,8 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 CLASSES = ("matrix_products", "attention", "other_operators", "framework")
-WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s")
+WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",
+            "tp_sp_collective_s")
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
 
@@ -74,6 +76,7 @@ class KernelCosts:
     ddp_step_s: float = 0.0  # DDP's hooks and bucket bookkeeping, per step
     adam_dtensor_tensor_s: float = 0.0  # Adam's step on a DTensor parameter beyond a plain one
     tp_collective_s: float = 0.0  # a tensor-parallel collective through DTensor beyond its α-β time (two ranks)
+    tp_sp_collective_s: float = 0.0  # the same for a sequence-parallel layer's all-gathers and reduce-scatters
     # every rank of the machine running at once over one alone (calibrate's training_conditions), ≥ 1
     contention_memory: float = 1.0  # memory-bound kernels (a large copy)
     contention_compute: float = 1.0  # compute-bound kernels (a matrix product)

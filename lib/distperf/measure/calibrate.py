@@ -388,7 +388,8 @@ PATH_UNITS = 4
 def parallel_paths(world: int, min_run_time: float = 0.3) -> dict:
     """Forward + backward seconds, on this rank while every rank runs the same, of one :class:`distperf.model.Block`
     of :data:`PATH_PROBE`'s shape plain (``plain_layer_s``) and tensor-parallel over the ``world`` ranks as the
-    trainers shard it (``tp_layer_s``), and of :data:`PATH_UNITS` Blocks plain (``plain_stack_s``) and under FSDP2,
+    trainers shard it, without and with sequence parallelism (``tp_layer_s``, ``tp_sp_layer_s``: the rank's share of
+    the positions in), and of :data:`PATH_UNITS` Blocks plain (``plain_stack_s``) and under FSDP2,
     one unit each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide."""
     import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
@@ -416,9 +417,14 @@ def parallel_paths(world: int, min_run_time: float = 0.3) -> dict:
     for block in sharded:
         fully_shard(block, mesh=mesh)
     fully_shard(sharded, mesh=mesh)
-    return {"plain_layer_s": timed(Block(spec)), "tp_layer_s": timed(parallelize_module(Block(spec), mesh,
-                                                                                          layer_plan(False))),
-            "plain_stack_s": timed(stack), "fsdp_stack_s": timed(sharded)}
+    out = {"plain_layer_s": timed(Block(spec)),
+           "tp_layer_s": timed(parallelize_module(Block(spec), mesh, layer_plan(False)))}
+    import torch.distributed as dist
+
+    x = x.detach().chunk(world, dim=1)[dist.get_rank()].contiguous().requires_grad_(True)  # this rank's positions
+    out["tp_sp_layer_s"] = timed(parallelize_module(Block(spec), mesh, layer_plan(True)))
+    out.update(plain_stack_s=timed(stack), fsdp_stack_s=timed(sharded))
+    return out
 
 
 def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
@@ -426,6 +432,7 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
 
     - ``tp_collective_s``: per tensor-parallel collective, DTensor's cost beyond the α-β time of an all-reduce as a
       step issues it (``fits``), (tp layer − its kernels, contended − the one-rank wrapper − 4 all-reduces) / 4;
+      ``tp_sp_collective_s`` the same with sequence parallelism, over its 4 all-gathers and 4 reduce-scatters;
     - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
       1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), in [0, 1]."""
     from ..config import ModelSpec
@@ -445,10 +452,16 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
                        False)
     compute = sum(sum(pair) for c, pair in sharded.items() if c != "framework") * costs.contention_compute
     extra = (paths["tp_layer_s"] - compute - costs.tp_layer_s - 4 * ring("all-reduce", message)) / 4
+    sharded = kn.layer(costs, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, world, True, True, True, False, "none",
+                       False)
+    compute = sum(sum(pair) for c, pair in sharded.items() if c != "framework") * costs.contention_compute
+    collectives = 4 * ring("all-gather", message) + 4 * ring("reduce-scatter", message)  # 2 + 2 each way
+    extra_sp = (paths["tp_sp_layer_s"] - compute - costs.tp_sp_layer_s - collectives) / 8
     unit = layer_parameters(spec.hidden, spec.ffn) * 4
     gathers = PATH_UNITS * (2 * ring("all-gather", unit) + ring("reduce-scatter", unit))
     exposed = paths["fsdp_stack_s"] - paths["plain_stack_s"] - (PATH_UNITS + 1) * costs.fsdp_unit_s
-    return {"tp_collective_s": max(extra, 0.0), "fsdp_overlap": min(max(1 - exposed / gathers, 0.0), 1.0)}
+    return {"tp_collective_s": max(extra, 0.0), "tp_sp_collective_s": max(extra_sp, 0.0),
+            "fsdp_overlap": min(max(1 - exposed / gathers, 0.0), 1.0)}
 
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:
@@ -567,7 +580,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
         kernels["contention"] = conditions["contention"]
         paths = path_constants(conditions["paths"], kernels, issued_fits, ranks)
         kernels["contention"]["fsdp"] = paths["fsdp_overlap"]
-        kernels["wrappers"]["tp_collective_s"] = paths["tp_collective_s"]
+        kernels["wrappers"].update(tp_collective_s=paths["tp_collective_s"],
+                                   tp_sp_collective_s=paths["tp_sp_collective_s"])
 
     best = {d: max((r["flops_per_s"] for r in gemm if r["dtype"] == d), default=None) for d in ("float32", "bfloat16")}
     ar = fits["all-reduce"]["all"]
