@@ -58,7 +58,8 @@ $(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
 # Chapters execute through jupyter-cache: unchanged code is not re-executed. What their code reads (the
 # fresh and reference results and the library) is hashed too: a change of it clears that cache and
 # rebuilds every page (Sphinx alone re-reads only the pages whose source changed).
-$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(wildcard chapters/* _ext/*.py _static/* data/published/*) | $(INSTALLED)
+$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(shell find lib -name '*.py') \
+  $(wildcard chapters/* _ext/*.py _static/* data/published/*) | $(INSTALLED)
 	stamp=$(BOOK_OUT)/_build/.inputs; \
 	inputs=$$( { echo $(SCALE); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \

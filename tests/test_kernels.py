@@ -78,10 +78,11 @@ def test_a_layers_classes_add_up_and_recomputation_repeats_the_forward():
 
 
 def test_without_drops_the_ablated_terms():
-    costs = synthetic_costs(tp_layer_s=1e-3, contention_memory=2.0)
+    costs = synthetic_costs(tp_layer_s=1e-3, contention_memory=2.0, tp_collective_s=1e-3)
     bare = costs.without("optimizer", "framework", "contention")
     assert bare.adam == () and bare.module_call_s == 0 and bare.step_s == 0 and bare.tp_layer_s == 0
-    assert bare.contention_memory == 1.0
+    assert bare.contention_memory == 1.0 and bare.tp_collective_s == 1e-3  # a collective's cost is not framework
+    assert costs.without("collectives").tp_collective_s == 0 and costs.without("collectives").tp_layer_s == 1e-3
     assert costs.without("framework").adam == costs.adam
 
 

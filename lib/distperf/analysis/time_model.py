@@ -28,11 +28,12 @@ from .noise import strategy
 # label, the hardware variant: each step adds one term to the one before
 LADDER = (
     ("FLOPs at the best GEMM rate", lambda hw: replace(hw, kernels=None, collectives=())),
-    ("+ kernels by shape", lambda hw: replace(hw, kernels=hw.kernels.without("optimizer", "framework", "contention"),
-                                              collectives=())),
-    ("+ optimizer per tensor", lambda hw: replace(hw, kernels=hw.kernels.without("framework", "contention"),
-                                                  collectives=())),
-    ("+ framework costs", lambda hw: replace(hw, kernels=hw.kernels.without("contention"), collectives=())),
+    ("+ kernels by shape", lambda hw: replace(hw, kernels=hw.kernels.without(
+        "optimizer", "framework", "collectives", "contention"), collectives=())),
+    ("+ optimizer per tensor", lambda hw: replace(hw, kernels=hw.kernels.without(
+        "framework", "collectives", "contention"), collectives=())),
+    ("+ framework costs", lambda hw: replace(hw, kernels=hw.kernels.without("collectives", "contention"),
+                                             collectives=())),
     ("+ collectives as issued", lambda hw: replace(hw, kernels=hw.kernels.without("contention"))),
     ("+ overlap and contention", lambda hw: hw),
 )

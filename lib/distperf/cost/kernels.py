@@ -52,6 +52,7 @@ from functools import lru_cache
 CLASSES = ("matrix_products", "attention", "other_operators", "framework")
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",
             "tp_sp_collective_s")
+PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s")  # collectives as DTensor issues them
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
 
@@ -130,6 +131,7 @@ class KernelCosts:
     def without(self, *terms: str) -> KernelCosts:
         """A copy without some terms, for the ablation: ``optimizer`` (Adam back to bytes over bandwidth),
         ``framework`` (module calls, backward starts, the step's Python and the parallel wrappers free),
+        ``collectives`` (DTensor's cost per collective free),
         ``contention`` (every rank computes as fast as one alone, and communication hides fully behind compute)."""
         changes = {}
         if "contention" in terms:
@@ -137,7 +139,10 @@ class KernelCosts:
         if "optimizer" in terms:
             changes["adam"] = ()
         if "framework" in terms:
-            changes.update(module_call_s=0.0, backward_call_s=0.0, step_s=0.0, **dict.fromkeys(WRAPPERS, 0.0))
+            changes.update(module_call_s=0.0, backward_call_s=0.0, step_s=0.0,
+                           **{k: 0.0 for k in WRAPPERS if k not in PATH_COLLECTIVES})
+        if "collectives" in terms:
+            changes.update(dict.fromkeys(PATH_COLLECTIVES, 0.0))
         return replace(self, **changes)
 
 
