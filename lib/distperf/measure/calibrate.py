@@ -373,7 +373,7 @@ def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: st
         together = slowest(together, device)
         if rank == 0:
             contention[name] = max(together / solo, 1.0)
-    paths = {name: slowest(seconds, device) for name, seconds in parallel_paths(world).items()}
+    paths = {name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()}
     dist.barrier()
     if rank == 0:
         with open(out, "w") as f:
@@ -385,12 +385,13 @@ PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, se
 PATH_UNITS = 4
 
 
-def parallel_paths(world: int, min_run_time: float = 0.3) -> dict:
+def parallel_paths(world: int, reps: int = 10) -> dict:
     """Forward + backward seconds, on this rank while every rank runs the same, of one :class:`distperf.model.Block`
     of :data:`PATH_PROBE`'s shape plain (``plain_layer_s``) and tensor-parallel over the ``world`` ranks as the
     trainers shard it, without and with sequence parallelism (``tp_layer_s``, ``tp_sp_layer_s``: the rank's share of
     the positions in), and of :data:`PATH_UNITS` Blocks plain (``plain_stack_s``) and under FSDP2,
-    one unit each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide."""
+    one unit each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide.
+    Each is the median of ``reps`` calls after two, the same number on every rank (their collectives must pair up)."""
     import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -399,7 +400,6 @@ def parallel_paths(world: int, min_run_time: float = 0.3) -> dict:
     from ..config import ModelSpec
     from ..model import Block, layer_input
     from ..parallel.tensor import layer_plan
-    from .kernels import median_time
 
     spec = ModelSpec(**PATH_PROBE)
     mesh = init_device_mesh("cpu", (world,))
@@ -407,10 +407,17 @@ def parallel_paths(world: int, min_run_time: float = 0.3) -> dict:
     x = layer_input(spec, 1).requires_grad_(True)
 
     def timed(module) -> float:
+        import statistics
+
         import torch.distributed as dist
 
         dist.barrier()
-        return median_time(lambda: module(x).sum().backward(), min_run_time)
+        times = []
+        for _ in range(reps + 2):
+            start = time.perf_counter()
+            module(x).sum().backward()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[2:])
 
     stack = nn.Sequential(*[Block(spec) for _ in range(PATH_UNITS)])
     sharded = nn.Sequential(*[Block(spec) for _ in range(PATH_UNITS)])
