@@ -241,6 +241,8 @@ def test_the_parallel_paths_own_costs():
     hidden = predict(z3, replace(hw, kernels=synthetic_costs(fsdp_overlap=1.0)))["time_s"]["communication_exposed"]
     shown = predict(z3, replace(hw, kernels=synthetic_costs(fsdp_overlap=0.0)))["time_s"]["communication_exposed"]
     assert shown > hidden
+    costly = predict(z3, replace(hw, kernels=synthetic_costs(fsdp_overlap=-1.0)))["time_s"]["communication_exposed"]
+    assert costly == pytest.approx(2 * shown)  # a path that costs twice its collectives' α-β time, hiding none
     ddp = small_cfg(dp=2)  # FSDP2's overlap is its own: DDP keeps the plain one
     assert predict(ddp, replace(hw, kernels=synthetic_costs(fsdp_overlap=0.0)))["time_s"] == \
         predict(ddp, hw)["time_s"]
@@ -256,4 +258,7 @@ def test_path_constants_from_the_probe_times():
     assert base["tp_collective_s"] == base["tp_sp_collective_s"] == 0.0 and base["fsdp_overlap"] == 1.0
     slow = path_constants({"tp_layer_s": 1.0, "tp_sp_layer_s": 1.0, "plain_stack_s": 0.01, "fsdp_stack_s": 10.0,
                            "plain_layer_s": 0.0}, kernels, fits, 2)
-    assert slow["tp_collective_s"] > 0.2 and slow["tp_sp_collective_s"] > 0.1 and slow["fsdp_overlap"] == 0.0
+    assert slow["tp_collective_s"] > 0.2 and slow["tp_sp_collective_s"] > 0.1 and slow["fsdp_overlap"] < -1.0
+    unit = path_constants({"tp_layer_s": 0.0, "tp_sp_layer_s": 0.0, "plain_stack_s": 0.01, "fsdp_stack_s": 10.0,
+                           "plain_layer_s": 0.0}, kernels, {k: {"all": {"alpha": 1e-4, "beta": 1e12}} for k in fits}, 2)
+    assert unit["fsdp_overlap"] == -kn.FSDP_EXPOSURE_MAX  # bounded: a profile cannot make FSDP2 cost without limit

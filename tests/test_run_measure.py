@@ -128,10 +128,17 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(tm
     expected = predict(cfg, load_profile(profile), backend="gloo")
     assert pred["memory_bytes"] == expected["memory_bytes"] and pred["time_s"] == expected["time_s"]
     assert pred["hardware_source"]["kind"] == "profile" and pred["hardware_source"]["threads"] == 1
-    assert pred["profiled"]["layer_times_source"] == "calibration sidecar"
-    sidecar = json.loads((tmp_path / "hw.calibration.json").read_text())
-    layer = next(row for row in sidecar["layers"] if row["part"] == "layer")
-    assert pred["profiled"]["layer_times"]["layer"] == {"forward_s": layer["forward_s"], "backward_s": layer["backward_s"]}
+    # the profiled mode composes the parts both ranks timed at once after the measurement steps (measure.parts)
+    parts = r["part_times"]
+    assert parts["ranks_at_once"] == 2 and len(parts["per_rank"]) == 2
+    assert pred["profiled"]["layer_times_source"].startswith("the run's ranks, all at once")
+    for part in ("layer", "embedding", "head"):
+        assert pred["profiled"]["layer_times"][part] == parts[part]
+        assert parts[part]["forward_s"] == max(rank[part][0] for rank in parts["per_rank"]) > 0
+    assert pred["profiled"]["layer_times"]["optimizer"] == parts["optimizer"]
+    times = {**{part: (parts[part]["forward_s"], parts[part]["backward_s"]) for part in ("layer", "embedding", "head")},
+             "optimizer": parts["optimizer"], "ranks_at_once": 2}
+    assert pred["profiled"]["time_s"] == predict(cfg, load_profile(profile), backend="gloo", layer_times=times)["time_s"]
 
     # every error follows from the numbers in the JSON
     err = r["error"]

@@ -101,9 +101,10 @@ LAYER_TIMES = "prediction.profiled.layer_times."
 
 
 def profiled_prediction(row, hw) -> float:
-    """The profiled mode's iteration on ``hw``: :func:`distperf.cost.predict` with compute from the per-layer times the
-    run profiled (its ``prediction.profiled.layer_times.*``), every other term from ``hw`` as in the analytical mode;
-    NaN where the run had none."""
+    """The profiled mode's iteration on ``hw``: :func:`distperf.cost.predict` with compute from the times the run
+    profiled (its ``prediction.profiled.layer_times.*``: its ranks' parts measured all at once, with their optimizer
+    steps, or one process's per-layer times), every other term from ``hw`` as in the analytical mode; NaN where the
+    run had none."""
     from ..cost import predict
 
     try:
@@ -113,6 +114,10 @@ def profiled_prediction(row, hw) -> float:
         return np.nan
     if any(np.isnan(x) for pair in times.values() for x in pair):
         return np.nan
+    at_once = row.get(f"{LAYER_TIMES}ranks_at_once")
+    if at_once is not None and not pd.isna(at_once):  # the run's ranks measured their parts at once
+        times.update(ranks_at_once=int(at_once),
+                     optimizer={g: float(row[f"{LAYER_TIMES}optimizer.{g}"]) for g in ("layer_s", "first_s", "last_s")})
     return predict(rows.config_of_row(row), hw, check=False, layer_times=times)["time_s"]["iteration"]
 
 
@@ -334,7 +339,7 @@ def constants_table(hw) -> pd.DataFrame:
          "a 192×192 matrix product, the same"),
         ("overlap", f"{k.overlap:.3g}", "share of the shorter hidden",
          "an asynchronous 1 MiB all-reduce issued before a burst of matrix products, waited after"),
-        ("fsdp_overlap", f"{k.fsdp_overlap:.3g}", "share of FSDP2's collectives hidden",
+        ("fsdp_overlap", f"{k.fsdp_overlap:.3g}", "share of FSDP2's collectives hidden (below 0: they cost 1 − this times their α-β time)",
          "4 Blocks (h 256, s 64) under FSDP2 on every rank less plain and the one-rank wrappers, over the "
          "collectives' α-β time"),
         ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",

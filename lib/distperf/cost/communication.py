@@ -271,8 +271,8 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
         overlap = hw.kernels.fsdp_overlap if hw.kernels is not None else 1.0  # FSDP2's own path
         reduction = _bucketed(hw, gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp, group, backend,
                               overlap)
-        exposed_microbatch = gather - overlap * min(gather, work.forward) + (
-            gather - overlap * min(gather, work.backward) if zero == 3 else 0)
+        exposed_microbatch = shown(gather, min(gather, work.forward), overlap) + (
+            shown(gather, min(gather, work.backward), overlap) if zero == 3 else 0)
         if convention == "paper":
             exposed_microbatch += reduction
         else:
@@ -287,7 +287,7 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
 def _bucketed(hw: Hardware, total: float, bucket: float, compute: float, kind: str, dp: int, group: int, backend: str,
               overlap: float) -> float:
     """Exposed time of ``kind`` reduced in buckets behind ``compute`` (:func:`bucketed_exposed_time`), hiding only the
-    share ``overlap`` of what perfect overlap hides: serial − overlap · (serial − perfect)."""
+    share ``overlap`` of what perfect overlap hides: serial − overlap · (serial − perfect) (:func:`shown`)."""
     if not hw.collectives and overlap >= 1.0:
         return bucketed_exposed_time(total, bucket, compute, kind, dp, *hw.link(group), backend=backend)
     *link, algorithms = _link(hw, kind, group, backend)
@@ -295,7 +295,14 @@ def _bucketed(hw: Hardware, total: float, bucket: float, compute: float, kind: s
     if overlap >= 1.0:
         return perfect
     serial = bucketed_exposed_time(total, bucket, 0.0, kind, dp, *link, backend=algorithms)
-    return serial - overlap * (serial - perfect)
+    return shown(serial, serial - perfect, overlap)
+
+
+def shown(serial: float, hideable: float, overlap: float) -> float:
+    """Exposed seconds of communication that takes ``serial`` alone, of which perfect overlap hides ``hideable``:
+    serial − overlap · hideable for overlap in [0, 1]; for a negative overlap (a path that costs more than its
+    collectives' α-β time, :mod:`distperf.cost.kernels`) serial · (1 − overlap), hiding nothing."""
+    return serial - overlap * hideable if overlap >= 0 else serial * (1 - overlap)
 
 
 def _broadcasts_time(states: ModelStates, dp: int, pb: int, link, backend: str) -> float:

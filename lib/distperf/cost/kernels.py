@@ -32,7 +32,9 @@ products and attention take ``contention_compute`` times, the memory-bound opera
 ``contention_memory`` times their time alone (both measured with every rank running the same kernel at once). And
 communication that the framework hides behind compute (DDP's buckets, FSDP2's gathers and reduce-scatters) hides
 only by the measured ``overlap`` (FSDP2's by ``fsdp_overlap``, measured on its own path): the exposed time is the
-whole communication less that share of what perfect overlap would hide. A tensor-parallel collective through
+whole communication less that share of what perfect overlap would hide. Where FSDP2's path costs more than its
+collectives' α-β time (on two CPU ranks it does: copies in and out, waits, gloo's reduce-scatter run as an
+all-reduce), ``fsdp_overlap`` is negative and the exposed time is (1 − fsdp_overlap) times the α-β time. A tensor-parallel collective through
 DTensor costs ``tp_collective_s`` beyond its α-β time, a sequence-parallel layer's ``tp_sp_collective_s`` (measured
 on two ranks; the sequence-parallel LayerNorms' small gradient all-reduces after the step get neither).
 
@@ -50,6 +52,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 CLASSES = ("matrix_products", "attention", "other_operators", "framework")
+FSDP_EXPOSURE_MAX = 100.0  # fsdp_overlap ≥ −100: FSDP2's path at most 101 times its collectives' α-β time
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",
             "tp_sp_collective_s")
 PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s")  # collectives as DTensor issues them
@@ -82,7 +85,9 @@ class KernelCosts:
     contention_memory: float = 1.0  # memory-bound kernels (a large copy)
     contention_compute: float = 1.0  # compute-bound kernels (a matrix product)
     overlap: float = 1.0  # share of the shorter of an asynchronous collective and compute that runs at once, [0, 1]
-    fsdp_overlap: float = 1.0  # share of FSDP2's gathers and reduce-scatters its forward and backward hide, [0, 1]
+    # share of FSDP2's gathers and reduce-scatters its forward and backward hide, ≤ 1; below 0 its path costs
+    # (1 − fsdp_overlap) times its collectives' α-β time and hides none of it
+    fsdp_overlap: float = 1.0
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -108,7 +113,7 @@ class KernelCosts:
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
-                    out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap,
+                    out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
                     *(getattr(out, k) for k in WRAPPERS)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(

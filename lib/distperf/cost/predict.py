@@ -34,7 +34,11 @@ instead of FLOPs over rate, as profiling-based predictors such as DistSim and vT
               + [first] (f_embedding + b_embedding) + [last] (f_head + b_head),
 
 the recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops (1 for full
-recomputation, the attention core's share for selective).
+recomputation, the attention core's share for selective). Part times a run measured on its own ranks, all at once
+(:mod:`distperf.measure.parts`: ``layer_times`` with ``ranks_at_once``) are already the rank's tensor-parallel share
+and already contended: the same sum without the 1/t and without the contention factor; their ``optimizer`` times
+(one layer's tensors, the embeddings', the head's, as the rank holds them) give the optimizer step
+L_r·o_layer + [first] o_first + [last] o_last (times ZeRO-1's owned share).
 
 ``convention="trainer"`` (the default) counts what the trainers run under torch 2.13, ``"paper"`` what the
 papers count (:mod:`distperf.cost.stage` lists where they differ; :mod:`distperf.cost.activations` the two
@@ -92,7 +96,9 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     backend.
 
     ``layer_times``: {"layer": (forward_s, backward_s), "embedding": (…), "head": (…)} of one
-    microbatch on one device; when given, compute time comes from them (see the module docstring).
+    microbatch on one device, or of one rank with ``ranks_at_once`` (a number) and ``optimizer`` ({"layer_s",
+    "first_s", "last_s"}: :func:`distperf.measure.parts.part_times`); when given, compute time comes from them (see
+    the module docstring).
     """
     if check:
         validate(cfg)
@@ -110,8 +116,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
 
     # ranks with the same layers and ends cost the same apart from the schedule
     spans, unique = _spans(layers, p, v)
-    times = None if layer_times is None else tuple(tuple(float(x) for x in layer_times[part])
-                                                   for part in ("layer", "embedding", "head"))
+    times = None if layer_times is None else profiled_times(layer_times)
     stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, unique, bucket_bytes, times, convention, backend)
     ranks = [stages[span] for span in spans]
 
@@ -268,3 +273,12 @@ def clear_caches() -> None:
                    binomial_sends):
         cached.cache_clear()
 
+
+def profiled_times(layer_times: dict) -> tuple:
+    """``layer_times`` as :func:`distperf.cost.stage.compute` takes them: ((f, b) layer, (f, b) embedding, (f, b) head)
+    of one device, or with (o_layer, o_first, o_last) and True added when a run's ranks measured them all at once."""
+    parts = tuple(tuple(float(x) for x in layer_times[part]) for part in ("layer", "embedding", "head"))
+    if not layer_times.get("ranks_at_once"):
+        return parts
+    optimizer = layer_times["optimizer"]
+    return parts + (tuple(float(optimizer[g]) for g in ("layer_s", "first_s", "last_s")), True)

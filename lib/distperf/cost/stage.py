@@ -180,7 +180,9 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
     device), as profiling-based predictors do: L/t·(f + b + recomputed share·f) + the ends' f + b, the
     recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops; with measured kernels in the
     profile, times ``contention_compute`` when ranks share the machine, plus the parallel wrappers'
-    (:func:`wrapper_time`) — the profiled times come from one process running a plain layer.
+    (:func:`wrapper_time`) — the profiled times come from one process running a plain layer. Times a run's ranks
+    measured at once on their own shapes (a longer tuple, :func:`distperf.cost.predict.profiled_times`) take neither
+    the 1/t nor the contention factor.
 
     With the hardware's measured ``kernels`` (and no profiled times): the kernels one microbatch launches on the
     rank, each at its measured time (:func:`kernel_classes`), contended when several ranks share the machine."""
@@ -189,13 +191,15 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
         classes = kernel_classes(spec, lay, tr, hw.kernels, span)
         return Compute(forward=sum(f for f, _ in classes.values()), backward=sum(b for _, b in classes.values()))
     if times is not None:
-        (layer_f, layer_b), (embed_f, embed_b), (head_f, head_b) = times
+        (layer_f, layer_b), (embed_f, embed_b), (head_f, head_b) = times[:3]
+        at_once = len(times) > 3  # the rank's own shapes, measured with every rank running (measure.parts)
+        share = 1 if at_once else t
         recomputed = fl.recompute_forward_flops(b, s, h, ffn, rc) / fl.layer_forward_flops(b, s, h, ffn)
-        forward = span.layers * layer_f / t + (embed_f if span.first else 0.0) + (head_f if span.last else 0.0)
-        backward = (span.layers * (layer_b + recomputed * layer_f) / t + (embed_b if span.first else 0.0)
+        forward = span.layers * layer_f / share + (embed_f if span.first else 0.0) + (head_f if span.last else 0.0)
+        backward = (span.layers * (layer_b + recomputed * layer_f) / share + (embed_b if span.first else 0.0)
                     + (head_b if span.last else 0.0))
-        if hw.kernels is not None:  # the profiled times are one process's: add contention and the wrappers
-            factor = hw.kernels.contention_compute if lay.world_size > 1 else 1.0
+        if hw.kernels is not None:  # add the parallel wrappers, and contention to one process's times
+            factor = hw.kernels.contention_compute if lay.world_size > 1 and not at_once else 1.0
             wrapped = wrapper_time(hw.kernels, lay, span)
             forward, backward = forward * factor + wrapped / 3, backward * factor + 2 * wrapped / 3
         return Compute(forward=forward, backward=backward)
@@ -302,10 +306,12 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     if hw.kernels is None:
         optimizer, accumulate = optimizer_time(hw, states, state_bytes(tr, convention)), 0.0
     else:
-        key = ("optimizer", spec, tr, hw, lay.dp, lay.tp, lay.pp, lay.zero, lay.sequence_parallel, span, convention)
+        measured = times[3] if times is not None and len(times) > 3 else None
+        key = ("optimizer", spec, tr, hw, lay.dp, lay.tp, lay.pp, lay.zero, lay.sequence_parallel, span, convention,
+               measured)
         found = _TERMS.get(key)
         if found is None:
-            found = _TERMS[key] = (_optimizer(spec, lay, tr, hw, span, states, convention),
+            found = _TERMS[key] = (_optimizer(spec, lay, tr, hw, span, states, convention, measured),
                                    accumulate_time(spec, lay, hw, span))
         optimizer, accumulate = found
     exposed = tp.time + pp.sends * pp.send_time + dp.exposed_microbatch
@@ -322,13 +328,22 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
 
 
 def _optimizer(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, states: ModelStates,
-               convention: str) -> float:
+               convention: str, measured: tuple | None = None) -> float:
+    """The rank's optimizer step: :func:`optimizer_time`, or from the ``measured`` (o_layer, o_first, o_last) of a
+    run's ranks (:mod:`distperf.measure.parts`, already sharded under ZeRO-2/3): L_r·o_layer + [first] o_first +
+    [last] o_last, times ZeRO-1's owned share, plus the step's fixed Python and the wrappers' per-step cost."""
     if hw.kernels is None:
         return optimizer_time(hw, states, state_bytes(tr, convention))
     tensors = _rank_tensors(spec, lay.tp, span, par.head_parameters(spec.hidden, spec.vocab, spec.tied, lay.pp)
                             > 2 * spec.hidden)
-    return optimizer_time(hw, states, state_bytes(tr, convention), tensors, lay.dp,
-                          wrapper_step(hw.kernels, lay, span, tensors), lay.world_size > 1)
+    wrappers = wrapper_step(hw.kernels, lay, span, tensors)
+    if measured is not None:
+        o_layer, o_first, o_last = measured
+        loop = span.layers * o_layer + (o_first if span.first else 0.0) + (o_last if span.last else 0.0)
+        if not states.units and states.parameters:  # ZeRO-1 updates its share of whole tensors
+            loop *= states.owned / states.parameters
+        return loop + hw.kernels.step_s + wrappers
+    return optimizer_time(hw, states, state_bytes(tr, convention), tensors, lay.dp, wrappers, lay.world_size > 1)
 
 
 def accumulate_time(spec: ModelSpec, lay: Layout, hw: Hardware, span: Span) -> float:

@@ -441,7 +441,9 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
       step issues it (``fits``), (tp layer − its kernels, contended − the one-rank wrapper − 4 all-reduces) / 4;
       ``tp_sp_collective_s`` the same with sequence parallelism, over its 4 all-gathers and 4 reduce-scatters;
     - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
-      1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), in [0, 1]."""
+      1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), at most 1; negative
+      when the path costs more than that α-β time (then it is the excess: the cost model takes (1 − fsdp_overlap)
+      times the α-β time), at least −``FSDP_EXPOSURE_MAX``."""
     from ..config import ModelSpec
     from ..cost import kernels as kn
     from ..cost.collectives import collective_time
@@ -468,7 +470,7 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
     gathers = PATH_UNITS * (2 * ring("all-gather", unit) + ring("reduce-scatter", unit))
     exposed = paths["fsdp_stack_s"] - paths["plain_stack_s"] - (PATH_UNITS + 1) * costs.fsdp_unit_s
     return {"tp_collective_s": max(extra, 0.0), "tp_sp_collective_s": max(extra_sp, 0.0),
-            "fsdp_overlap": min(max(1 - exposed / gathers, 0.0), 1.0)}
+            "fsdp_overlap": min(max(1 - exposed / gathers, -kn.FSDP_EXPOSURE_MAX), 1.0)}
 
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:

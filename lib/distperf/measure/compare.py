@@ -4,8 +4,10 @@ The hardware and the layer times the prediction uses are chosen by :mod:`distper
 JSON says which (``prediction.hardware_source``).
 
 **Two predictions of time** ("analytical" and "profiled"): the cost model with compute as FLOPs over the
-calibrated matrix-product rate, and with compute from profiled per-layer forward and backward times
-(:func:`distperf.cost.predict` with ``layer_times``). Both use the same α-β communication terms, with the
+calibrated matrix-product rate (or the measured kernel times), and with compute from profiled forward and backward
+times (:func:`distperf.cost.predict` with ``layer_times``): those the run's own ranks measured, all at once, on their
+own shapes, after the measurement steps (``part_times``, :mod:`distperf.measure.parts`), else one process's
+per-layer times. Both use the same α-β communication terms, with the
 collective algorithms of the run's backend (gloo's or NCCL's). The prediction counts what the trainer runs
 (``convention="trainer"``).
 
@@ -36,6 +38,7 @@ from ..config import MEMORY_CATEGORIES, MODEL_STATES, Config
 from ..results import signed_error
 
 COMPARED = MEMORY_CATEGORIES + ("total",)
+PARTS = ("layer", "embedding", "head")
 
 
 def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
@@ -57,14 +60,22 @@ def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
     if source["kind"] == "preset":
         out["profiled"] = {"unavailable": "a hardware preset has no profiled layer times of this machine"}
         return out
-    times, where = layer_times_for(cfg, side, threads, device)
+    parts = result.get("part_times")
+    if parts is not None:  # measured on the run's own ranks, all at once (measure.parts)
+        times = {**{part: (parts[part]["forward_s"], parts[part]["backward_s"]) for part in PARTS},
+                 "optimizer": parts["optimizer"], "ranks_at_once": parts["ranks_at_once"]}
+        where = "the run's ranks, all at once, after its measurement steps"
+    else:
+        times, where = layer_times_for(cfg, side, threads, device)
     if times is None:
         out["profiled"] = {"unavailable": where}
         return out
     profiled = predict(cfg, hw, bucket_bytes=bucket, check=False, layer_times=times, backend=backend)
+    layer_times = {part: {"forward_s": times[part][0], "backward_s": times[part][1]} for part in PARTS}
+    if parts is not None:
+        layer_times.update(optimizer=dict(parts["optimizer"]), ranks_at_once=parts["ranks_at_once"])
     out["profiled"] = {"time_s": profiled["time_s"], "bubble_fraction": profiled["bubble_fraction"],
-                       "layer_times": {part: {"forward_s": f, "backward_s": b} for part, (f, b) in times.items()},
-                       "layer_times_source": where}
+                       "layer_times": layer_times, "layer_times_source": where}
     return out
 
 
