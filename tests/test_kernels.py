@@ -262,3 +262,30 @@ def test_path_constants_from_the_probe_times():
     unit = path_constants({"tp_layer_s": 0.0, "tp_sp_layer_s": 0.0, "plain_stack_s": 0.01, "fsdp_stack_s": 10.0,
                            "plain_layer_s": 0.0}, kernels, {k: {"all": {"alpha": 1e-4, "beta": 1e12}} for k in fits}, 2)
     assert unit["fsdp_overlap"] == -kn.FSDP_EXPOSURE_MAX  # bounded: a profile cannot make FSDP2 cost without limit
+
+
+def test_each_pipeline_engine_costs_two_actions_per_microbatch_and_stage():
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    engines = replace(hw, kernels=synthetic_costs(pp_action_s=1e-3, twobw_action_s=3e-3))
+    for schedule, action in (("1f1b", 1e-3), ("gpipe", 1e-3), ("2bw", 3e-3)):
+        cfg = small_cfg(pp=2, microbatches=4, schedule=schedule)
+        gained = predict(cfg, engines)["time_s"]["compute"] - predict(cfg, hw)["time_s"]["compute"]
+        assert gained == pytest.approx(cfg.layout.microbatches * 2 * action, rel=1e-6)  # the slowest stage's
+    # the stage costs are cached apart for the two engines: the same layout under 1F1B, then 2BW, then 1F1B again
+    one, two = small_cfg(pp=2, microbatches=4, schedule="1f1b"), small_cfg(pp=2, microbatches=4, schedule="2bw")
+    first = predict(one, engines)["time_s"]
+    assert predict(two, engines)["time_s"]["compute"] > first["compute"] and predict(one, engines)["time_s"] == first
+    assert predict(small_cfg(dp=2), engines)["time_s"] == predict(small_cfg(dp=2), hw)["time_s"]  # no pipeline
+
+
+def test_pipeline_actions_are_the_probes_time_beyond_the_models_other_terms():
+    from distperf.measure.calibrate import pipeline_actions
+
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    none = pipeline_actions({"pp_microbatch_s": 0.0, "twobw_microbatch_s": 0.0}, hw, 2)
+    assert none == {"pp_action_s": 0.0, "twobw_action_s": 0.0}  # never negative
+    base = {"pp_microbatch_s": 1.0, "twobw_microbatch_s": 1.0}
+    more = pipeline_actions({"pp_microbatch_s": 1.004, "twobw_microbatch_s": 1.010}, hw, 2)
+    less = pipeline_actions(base, hw, 2)
+    assert more["pp_action_s"] - less["pp_action_s"] == pytest.approx(2e-3)
+    assert more["twobw_action_s"] - less["twobw_action_s"] == pytest.approx(5e-3)

@@ -339,13 +339,18 @@ def constants_table(hw) -> pd.DataFrame:
          "a 192×192 matrix product, the same"),
         ("overlap", f"{k.overlap:.3g}", "share of the shorter hidden",
          "an asynchronous 1 MiB all-reduce issued before a burst of matrix products, waited after"),
-        ("fsdp_overlap", f"{k.fsdp_overlap:.3g}", "share of FSDP2's collectives hidden (below 0: they cost 1 − this times their α-β time)",
+        ("fsdp_overlap", f"{k.fsdp_overlap:.3g}",
+         "share of FSDP2's collectives hidden (below 0: they cost 1 − this times their α-β time)",
          "4 Blocks (h 256, s 64) under FSDP2 on every rank less plain and the one-rank wrappers, over the "
          "collectives' α-β time"),
         ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",
          "a Block tensor-parallel on every rank less its kernels, the one-rank wrapper and 4 all-reduces' α-β"),
         ("tp_sp_collective_s", f"{k.tp_sp_collective_s * 1e6:.3g}", "µs per sequence-parallel collective",
          "the same, sequence parallel, less 4 all-gathers' and 4 reduce-scatters' α-β"),
+        ("pp_action_s", f"{k.pp_action_s * 1e6:.3g}", "µs per action (a microbatch's forward or backward on a stage)",
+         "4 Blocks pipelined one stage per rank under torch's 1F1B: a microbatch's time (steps of 6 less of 2, / 4) "
+         "less its stage's plain Blocks and two sends' α-β, / 2"),
+        ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")

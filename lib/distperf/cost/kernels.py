@@ -25,7 +25,9 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   validation), and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel
   layer's DTensor dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``)
   per microbatch, DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter
-  (``adam_dtensor_tensor_s``).
+  (``adam_dtensor_tensor_s``); and, measured on the calibration's ranks, a pipeline action's cost in torch's
+  pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``): two actions per microbatch and
+  stage.
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
@@ -54,7 +56,7 @@ from functools import lru_cache
 CLASSES = ("matrix_products", "attention", "other_operators", "framework")
 FSDP_EXPOSURE_MAX = 100.0  # fsdp_overlap ≥ −100: FSDP2's path at most 101 times its collectives' α-β time
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",
-            "tp_sp_collective_s")
+            "tp_sp_collective_s", "pp_action_s", "twobw_action_s")
 PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s")  # collectives as DTensor issues them
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
@@ -81,6 +83,8 @@ class KernelCosts:
     adam_dtensor_tensor_s: float = 0.0  # Adam's step on a DTensor parameter beyond a plain one
     tp_collective_s: float = 0.0  # a tensor-parallel collective through DTensor beyond its α-β time (two ranks)
     tp_sp_collective_s: float = 0.0  # the same for a sequence-parallel layer's all-gathers and reduce-scatters
+    pp_action_s: float = 0.0  # a pipeline action (one microbatch's forward or backward on a stage) in torch's runtime
+    twobw_action_s: float = 0.0  # the same in the 2BW engine (both beyond the stage's layers and its sends)
     # every rank of the machine running at once over one alone (calibrate's training_conditions), ≥ 1
     contention_memory: float = 1.0  # memory-bound kernels (a large copy)
     contention_compute: float = 1.0  # compute-bound kernels (a matrix product)

@@ -230,8 +230,11 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
 
 def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
     """Forward + backward seconds the parallel wrappers add to one microbatch on the rank: DTensor's per
-    tensor-parallel layer, FSDP2's per unit (a unit per layer and the root)."""
+    tensor-parallel layer, FSDP2's per unit (a unit per layer and the root), the pipeline engine's per action (a
+    forward and a backward on the stage)."""
     wrapped = 0.0
+    if lay.pp > 1:
+        wrapped += 2 * (costs.twobw_action_s if lay.schedule == "2bw" else costs.pp_action_s)
     if lay.tp > 1:
         wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
     if lay.zero >= 2 and lay.dp > 1:
@@ -363,16 +366,17 @@ _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
 _STATES: dict = {}  # the model states, which depend on fewer things (not micro-batch, recomputation, hardware)
 _TERMS: dict = {}  # the tensor- and pipeline-parallel terms, on what each depends on (tuples of different lengths)
 _CACHE_SIZE = 1 << 14
+_ENGINES = {"pipedream": 1, "2bw": 2}  # what a stage costs depends on the schedule only through these
 
 
 def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans, bucket_bytes: float,
                 times: tuple | None = None, convention: str = "trainer", backend: str = "nccl") -> dict[Span, StageCosts]:
     """{span: :class:`StageCosts`} of the ranks holding ``spans``, cached on what they depend on: the model,
     training and hardware, the layout but for its microbatches and schedule (PipeDream's update per microbatch
-    aside), the bucket size, profiled times, the convention and the
+    and the 2BW engine's cost per action aside), the bucket size, profiled times, the convention and the
     backend."""
     key = (spec, tr, hw, bucket_bytes, times, lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch,
-           lay.sequence_parallel, lay.zero, lay.recompute, lay.schedule == "pipedream", convention, backend)
+           lay.sequence_parallel, lay.zero, lay.recompute, _ENGINES.get(lay.schedule, 0), convention, backend)
     known = _CACHE.get(key)
     if known is None:
         if len(_CACHE) >= _CACHE_SIZE:

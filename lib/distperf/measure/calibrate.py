@@ -391,7 +391,10 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     trainers shard it, without and with sequence parallelism (``tp_layer_s``, ``tp_sp_layer_s``: the rank's share of
     the positions in), and of :data:`PATH_UNITS` Blocks plain (``plain_stack_s``) and under FSDP2,
     one unit each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide.
-    Each is the median of ``reps`` calls after two, the same number on every rank (their collectives must pair up)."""
+    Each is the median of ``reps`` calls after two, the same number on every rank (their collectives must pair up).
+    With no more ranks than the probe has layers, also a microbatch's time with the probe pipelined one stage per rank
+    under torch's 1F1B (``pp_microbatch_s``) and under the 2BW engine (``twobw_microbatch_s``):
+    :func:`pipeline_microbatch_time`."""
     import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -431,7 +434,70 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     x = x.detach().chunk(world, dim=1)[dist.get_rank()].contiguous().requires_grad_(True)  # this rank's positions
     out["tp_sp_layer_s"] = timed(parallelize_module(Block(spec), mesh, layer_plan(True)))
     out.update(plain_stack_s=timed(stack), fsdp_stack_s=timed(sharded))
+    if world <= PATH_PROBE["layers"]:  # a stage per rank
+        for schedule, key in (("1f1b", "pp_microbatch_s"), ("2bw", "twobw_microbatch_s")):
+            out[key] = pipeline_microbatch_time(schedule, world, reps)
     return out
+
+
+PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the time of a microbatch
+
+
+def pipeline_microbatch_time(schedule: str, world: int, reps: int, spec=None) -> float:
+    """Seconds the trainer's engine for ``schedule`` (torch's pipelining runtime, or the 2BW engine) adds to one more
+    microbatch of :data:`PATH_PROBE` pipelined over the ``world`` ranks (one stage each, microbatch 1), beyond the
+    stage's own forward and backward: per rank, steps of the two lengths of :data:`PIPE_MICROBATCHES` alternate with the
+    same microbatches through a plain copy of the rank's stage (every rank at once, no communication; under 2BW, whose
+    steps leave microbatches in flight, the plain passes follow the steps); (pipelined
+    difference − plain difference) / difference in microbatches, medians, the slowest rank's. The step's fixed costs,
+    the pipeline's fill and the compute cancel; the engine's work, its sends and its waits on the neighbours stay."""
+    import statistics
+
+    import torch.distributed as dist
+
+    from ..config import Config, Layout, ModelSpec, RunOptions, stage_layers, validate
+    from ..model import build_stage, layer_input, lm_loss
+    from ..parallel.loop import build_trainer
+    from ..tokens import make_source
+
+    spec = spec or ModelSpec(**PATH_PROBE)
+    source = make_source("synthetic", spec.vocab, spec.seq, 0)
+    rank = dist.get_rank()
+    first, last = rank == 0, rank == world - 1
+    act = layer_input(spec, 1).requires_grad_(True)
+    medians = []
+    for m in PIPE_MICROBATCHES:
+        cfg = validate(Config(model=spec, layout=Layout(pp=world, micro_batch=1, microbatches=m, schedule=schedule)))
+        trainer = build_trainer(cfg, RunOptions(device="cpu"), torch.device("cpu"))
+        plain = build_stage(spec, stage_layers(spec, cfg.layout), rank)
+        x, y = source.batch(0, m)
+
+        def alone():
+            for i in range(m):
+                out = plain(x[i:i + 1] if first else act)
+                (lm_loss(out, y[i:i + 1]) if last else out.sum()).backward()
+
+        def timed(fn) -> float:
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+
+        pipelined, together = [], []
+        dist.barrier()
+        for _ in range(reps + 2):
+            if trainer.flushes:  # a plain pass after each step, every rank at once: drift cancels
+                dist.barrier()
+                pipelined.append(timed(lambda: trainer.step(x, y)))
+                dist.barrier()
+                together.append(timed(alone))
+            else:  # 2BW's sends of one step are received in the next: its steps run back to back
+                pipelined.append(timed(lambda: trainer.step(x, y)))
+        trainer.finish()
+        dist.barrier()
+        if not together:
+            together = [timed(alone) for _ in range(reps + 2)]
+        medians.append(statistics.median(pipelined[2:]) - statistics.median(together[2:]))
+    return slowest((medians[1] - medians[0]) / (PIPE_MICROBATCHES[1] - PIPE_MICROBATCHES[0]), torch.device("cpu"))
 
 
 def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
@@ -443,7 +509,11 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
     - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
       1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), at most 1; negative
       when the path costs more than that α-β time (then it is the excess: the cost model takes (1 − fsdp_overlap)
-      times the α-β time), at least −``FSDP_EXPOSURE_MAX``."""
+      times the α-β time), at least −``FSDP_EXPOSURE_MAX``;
+    - ``pp_action_s``, ``twobw_action_s``: what torch's pipelining runtime and the 2BW engine add per action (a
+      microbatch's forward or backward on a stage) beyond its layers and its send, (a microbatch's time in the
+      pipelined probe − its stage's layers at the plain layer's time − two sends' α-β time) / 2; the ends of the
+      probe (a 16-token vocabulary) are left in it."""
     from ..config import ModelSpec
     from ..cost import kernels as kn
     from ..cost.collectives import collective_time
@@ -471,6 +541,30 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
     exposed = paths["fsdp_stack_s"] - paths["plain_stack_s"] - (PATH_UNITS + 1) * costs.fsdp_unit_s
     return {"tp_collective_s": max(extra, 0.0), "tp_sp_collective_s": max(extra_sp, 0.0),
             "fsdp_overlap": min(max(1 - exposed / gathers, -kn.FSDP_EXPOSURE_MAX), 1.0)}
+
+
+def pipeline_actions(paths: dict, hw, world: int) -> dict:
+    """``pp_action_s`` and ``twobw_action_s``: what torch's pipelining runtime and the 2BW engine cost per action (a
+    microbatch's forward or backward on a stage) beyond every other term of the cost model: (what the engine adds to a
+    microbatch in the probe, :func:`pipeline_microbatch_time` − what the cost model on ``hw``, without action costs,
+    adds to it beyond compute: its sends and waits) / 2, at least 0."""
+    from dataclasses import replace
+
+    from ..config import Config, Layout, ModelSpec, validate
+    from ..cost import predict
+
+    bare = replace(hw, kernels=replace(hw.kernels, pp_action_s=0.0, twobw_action_s=0.0))
+    spec, (m1, m2) = ModelSpec(**PATH_PROBE), PIPE_MICROBATCHES
+    out = {}
+    for schedule, key, action in (("1f1b", "pp_microbatch_s", "pp_action_s"),
+                                  ("2bw", "twobw_microbatch_s", "twobw_action_s")):
+        beyond = []
+        for m in (m1, m2):
+            t = predict(validate(Config(model=spec, layout=Layout(pp=world, micro_batch=1, microbatches=m,
+                                                                  schedule=schedule))), bare, backend="gloo")["time_s"]
+            beyond.append(t["iteration"] - t["compute"])
+        out[action] = max((paths[key] - (beyond[1] - beyond[0]) / (m2 - m1)) / 2, 0.0)
+    return out
 
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:
@@ -604,6 +698,10 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                   kernels=KernelCosts.from_dict(kernels) if kernels else None,
                   collectives=tuple((c, f["all"]["alpha"], f["all"]["beta"]) for c, f in sorted(issued_fits.items())),
                   collectives_on=(ar["alpha"], ar["beta"]) if issued_fits else ())
+    if conditions is not None and "pp_microbatch_s" in conditions["paths"]:
+        from dataclasses import replace
+
+        hw = replace(hw, kernels=replace(hw.kernels, **pipeline_actions(conditions["paths"], hw, ranks)))
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,
