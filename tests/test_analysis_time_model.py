@@ -170,3 +170,23 @@ def test_the_largest_misses_are_named_from_the_data():
     table = pd.DataFrame({"strategy": ["a", "b", "c", "d"], last: [-0.05, 0.4, -0.3, 0.1]})
     assert tm.largest_misses(table, 2) == "b (+40%), c (-30%)"
     assert tm.largest_misses(pd.DataFrame()) == "not measured"
+
+
+def test_path_rounds_recompute_each_constant_from_every_round():
+    from dataclasses import replace as swap
+
+    hw = swap(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    fits = {kind: {"all": {"alpha": 1e-4, "beta": 1e9}} for kind in ("all-reduce", "all-gather", "reduce-scatter",
+                                                                      "send")}
+    base = {"plain_layer_s": 0.0, "tp_layer_s": 0.01, "tp_sp_layer_s": 0.01, "plain_stack_s": 0.01,
+            "fsdp_stack_s": 0.05, "pp_microbatch_s": 0.004, "twobw_microbatch_s": 0.006}
+    rounds = [{**base, "tp_layer_s": x, "pp_microbatch_s": y} for x, y in ((0.05, 0.004), (0.06, 0.008), (0.07, 0.006))]
+    side = {"ranks": 2, "issued_fits": fits, "conditions": {"path_rounds": rounds}}
+    table = tm.path_rounds(side, hw).set_index("constant")
+    assert set(table.index) == {name for name, _, _ in tm.PATH_CONSTANTS} and (table["rounds"] == 3).all()
+    tp = table.loc["tp_collective_s"]
+    assert tp["min"] < tp["median"] < tp["max"] and tp["max"] - tp["min"] == pytest.approx(0.02 / 4 * 1e6)
+    pp = table.loc["pp_action_s"]
+    assert pp["max"] - pp["min"] == pytest.approx(0.004 / 2 * 1e6) and pp["profile"] == 0.0  # the profile's own
+    assert table.loc["fsdp_overlap", "min"] == table.loc["fsdp_overlap", "max"]  # the same FSDP2 times each round
+    assert tm.path_rounds({"conditions": {}}, hw).empty and tm.path_rounds(None, hw).empty

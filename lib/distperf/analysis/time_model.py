@@ -356,3 +356,35 @@ def constants_table(hw) -> pd.DataFrame:
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")
              for kind, a, b in hw.collectives]
     return pd.DataFrame(rows, columns=["constant", "value", "unit", "microbenchmark"])
+
+
+PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_sp_collective_s", 1e6, "µs"), ("fsdp_overlap", 1.0, ""),
+                  ("pp_action_s", 1e6, "µs"), ("twobw_action_s", 1e6, "µs"))
+
+
+def path_rounds(side: dict | None, hw) -> pd.DataFrame:
+    """How much the path constants move within one calibration: each constant recomputed from every round of the
+    path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :data:`distperf.measure.calibrate.
+    PATH_ROUNDS`) — ``constant``, ``unit``, ``rounds``, ``min``, ``median`` and ``max`` over the rounds, and ``profile``,
+    the value the profile holds (from the rounds' median times). Empty without rounds."""
+    from ..measure.calibrate import path_constants, pipeline_actions
+
+    columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
+    conditions = (side or {}).get("conditions") or {}
+    rounds = conditions.get("path_rounds") or []
+    if hw is None or hw.kernels is None or not rounds or not side.get("issued_fits"):
+        return pd.DataFrame(columns=columns)
+    world = side.get("ranks") or 2
+    values = []
+    for paths in rounds:
+        found = path_constants(paths, hw.kernels.to_dict(), side["issued_fits"], world)
+        if "pp_microbatch_s" in paths:
+            found.update(pipeline_actions(paths, hw, world))
+        values.append(found)
+    out = []
+    for name, scale, unit in PATH_CONSTANTS:
+        seen = [v[name] * scale for v in values if name in v]
+        if seen:
+            out.append((name, unit, len(seen), min(seen), float(np.median(seen)), max(seen),
+                        getattr(hw.kernels, name) * scale))
+    return pd.DataFrame(out, columns=columns)

@@ -373,16 +373,22 @@ def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: st
         together = slowest(together, device)
         if rank == 0:
             contention[name] = max(together / solo, 1.0)
-    paths = {name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()}
+    rounds = [{name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()}
+              for _ in range(PATH_ROUNDS if reps >= PATH_ROUNDS_FROM_REPS else 1)]
+    paths = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
     dist.barrier()
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"issued": rows, "contention": contention, "compute_between_s": base, "paths": paths}, f)
+            json.dump({"issued": rows, "contention": contention, "compute_between_s": base, "paths": paths,
+                       "path_rounds": rounds}, f)
     dist.destroy_process_group()
 
 
 PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, seq=64)  # no preset's shape
 PATH_UNITS = 4
+# The path probes are the noisiest measurements of a calibration (a busy two-core machine moves one by ±20 %): a full
+# calibration repeats them and keeps each one's median, with every round in the sidecar (conditions.path_rounds).
+PATH_ROUNDS, PATH_ROUNDS_FROM_REPS = 3, 10
 
 
 def parallel_paths(world: int, reps: int = 10) -> dict:
@@ -575,7 +581,9 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     memory-bound copy (32 MiB) and of a 192×192 matrix product with every rank running it at once over the time on
     one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
     all-reduce and the burst of compute it was issued before that ran at once, (burst + all-reduce − both) /
-    min(burst, all-reduce), in [0, 1], the least of any rank. Raises TimeoutError past ``timeout``."""
+    min(burst, all-reduce), in [0, 1], the least of any rank; ``paths``, the parallel paths' times
+    (:func:`parallel_paths`), the median of :data:`PATH_ROUNDS` rounds when ``reps`` ≥ 10 (``path_rounds``: each
+    round). Raises TimeoutError past ``timeout``."""
     return _spawned(_conditions_rank, ranks, lambda port, out: (ranks, port, tuple(sizes), reps, out), timeout,
                     "the training-conditions benchmark")
 
