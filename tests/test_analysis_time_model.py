@@ -181,9 +181,12 @@ def test_path_rounds_recompute_each_constant_from_every_round():
     base = {"plain_layer_s": 0.0, "tp_layer_s": 0.01, "tp_sp_layer_s": 0.01, "plain_stack_s": 0.01,
             "fsdp_stack_s": 0.05, "pp_microbatch_s": 0.004, "twobw_microbatch_s": 0.006}
     rounds = [{**base, "tp_layer_s": x, "pp_microbatch_s": y} for x, y in ((0.05, 0.004), (0.06, 0.008), (0.07, 0.006))]
-    side = {"ranks": 2, "issued_fits": fits, "conditions": {"path_rounds": rounds}}
+    side = {"ranks": 2, "issued_fits": fits, "conditions": {"path_rounds": rounds, "contention_rounds": [
+        {"memory": 1.1, "compute": 1.0}, {"memory": 2.3, "compute": 1.2}, {"memory": 1.5, "compute": 1.1}]}}
     table = tm.path_rounds(side, hw).set_index("constant")
-    assert set(table.index) == {name for name, _, _ in tm.PATH_CONSTANTS} and (table["rounds"] == 3).all()
+    assert set(table.index) == {name for name, _, _ in tm.CONTENTION + tm.PATH_CONSTANTS}
+    assert (table["rounds"] == 3).all()
+    assert tuple(table.loc["contention_memory", ["min", "median", "max"]]) == (1.1, 1.5, 2.3)
     tp = table.loc["tp_collective_s"]
     assert tp["min"] < tp["median"] < tp["max"] and tp["max"] - tp["min"] == pytest.approx(0.02 / 4 * 1e6)
     pp = table.loc["pp_action_s"]

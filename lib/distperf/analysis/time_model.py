@@ -358,6 +358,7 @@ def constants_table(hw) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["constant", "value", "unit", "microbenchmark"])
 
 
+CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"))
 PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_sp_collective_s", 1e6, "µs"), ("fsdp_overlap", 1.0, ""),
                   ("pp_action_s", 1e6, "µs"), ("twobw_action_s", 1e6, "µs"))
 
@@ -365,7 +366,7 @@ PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_sp_collective_s", 1e6, "
 def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     """How much the path constants move within one calibration: each constant recomputed from every round of the
     path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :data:`distperf.measure.calibrate.
-    PATH_ROUNDS`) — ``constant``, ``unit``, ``rounds``, ``min``, ``median`` and ``max`` over the rounds, and ``profile``,
+    PATH_ROUNDS`), and the contention ratios of each round (``conditions.contention_rounds``) — ``constant``, ``unit``, ``rounds``, ``min``, ``median`` and ``max`` over the rounds, and ``profile``,
     the value the profile holds (from the rounds' median times). Empty without rounds."""
     from ..measure.calibrate import path_constants, pipeline_actions
 
@@ -381,8 +382,10 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
         if "pp_microbatch_s" in paths:
             found.update(pipeline_actions(paths, hw, world))
         values.append(found)
+    for ratio, value in zip(conditions.get("contention_rounds") or [], values):
+        value.update({f"contention_{name}": r for name, r in ratio.items()})
     out = []
-    for name, scale, unit in PATH_CONSTANTS:
+    for name, scale, unit in CONTENTION + PATH_CONSTANTS:
         seen = [v[name] * scale for v in values if name in v]
         if seen:
             out.append((name, unit, len(seen), min(seen), float(np.median(seen)), max(seen),

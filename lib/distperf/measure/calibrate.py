@@ -364,30 +364,38 @@ def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: st
     hidden = (base + alone - statistics.median(times[2:])) / min(base, alone)
     overlap = slowest(-min(max(hidden, 0.0), 1.0), device)  # the least any rank hides
     src, dst = torch.ones(8 << 20), torch.empty(8 << 20)
+    repeats = PATH_ROUNDS if reps >= PATH_ROUNDS_FROM_REPS else 1
+    ratios = []
+    for _ in range(repeats):
+        ratio = {}
+        for name, fn in (("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a))):
+            dist.barrier()
+            solo = median_time(fn, 0.2) if rank == 0 else None  # the other ranks wait in the barrier below
+            dist.barrier()
+            together = median_time(fn, 0.2)  # every rank at once
+            together = slowest(together, device)
+            if rank == 0:
+                ratio[name] = max(together / solo, 1.0)
+        ratios.append(ratio)
     contention = {"overlap": -overlap}
-    for name, fn in (("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a))):
-        dist.barrier()
-        solo = median_time(fn, 0.2) if rank == 0 else None  # the other ranks wait in the barrier below
-        dist.barrier()
-        together = median_time(fn, 0.2)  # every rank at once
-        together = slowest(together, device)
-        if rank == 0:
-            contention[name] = max(together / solo, 1.0)
+    if rank == 0:
+        contention.update({name: statistics.median(r[name] for r in ratios) for name in ("memory", "compute")})
     rounds = [{name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()}
-              for _ in range(PATH_ROUNDS if reps >= PATH_ROUNDS_FROM_REPS else 1)]
+              for _ in range(repeats)]
     paths = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
     dist.barrier()
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"issued": rows, "contention": contention, "compute_between_s": base, "paths": paths,
-                       "path_rounds": rounds}, f)
+                       "path_rounds": rounds, "contention_rounds": ratios}, f)
     dist.destroy_process_group()
 
 
 PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, seq=64)  # no preset's shape
 PATH_UNITS = 4
-# The path probes are the noisiest measurements of a calibration (a busy two-core machine moves one by ±20 %): a full
-# calibration repeats them and keeps each one's median, with every round in the sidecar (conditions.path_rounds).
+# The contention and path probes are the noisiest measurements of a calibration (a busy two-core machine moves a path
+# probe by ±20 %, the copy's contention between 1.1 and 2.3): a full calibration repeats them and keeps each one's
+# median, with every round in the sidecar (conditions.contention_rounds, conditions.path_rounds).
 PATH_ROUNDS, PATH_ROUNDS_FROM_REPS = 3, 10
 
 
@@ -582,8 +590,9 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
     all-reduce and the burst of compute it was issued before that ran at once, (burst + all-reduce − both) /
     min(burst, all-reduce), in [0, 1], the least of any rank; ``paths``, the parallel paths' times
-    (:func:`parallel_paths`), the median of :data:`PATH_ROUNDS` rounds when ``reps`` ≥ 10 (``path_rounds``: each
-    round). Raises TimeoutError past ``timeout``."""
+    (:func:`parallel_paths`). With ``reps`` ≥ 10 the contention ratios and the paths are the medians of
+    :data:`PATH_ROUNDS` rounds (``contention_rounds``, ``path_rounds``: each round). Raises TimeoutError past
+    ``timeout``."""
     return _spawned(_conditions_rank, ranks, lambda port, out: (ranks, port, tuple(sizes), reps, out), timeout,
                     "the training-conditions benchmark")
 
