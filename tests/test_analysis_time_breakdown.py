@@ -79,3 +79,21 @@ def test_the_figure_draws_both_bars_per_strategy():
     assert len(ax.patches) == 2 * (len(CLASSES) + len(tb.PREDICTED))
     assert [t.get_text() for t in ax.get_yticklabels()] == table.strategy.tolist()
     plt.close(fig)
+
+
+def test_shortfalls_name_the_class_the_prediction_misses_most_and_follow_the_data():
+    def table(measured: dict, predicted: dict):
+        row = {"strategy": "ZeRO-3", **{c: measured.get(c, 0.0) for c in CLASSES},
+               **{f"pred_{c}": predicted.get(c, 0.0) for c in tb.PREDICTED_CLASSES}}
+        return pd.DataFrame([row])
+
+    comm = table({"communication": 0.5, "matrix_products": 0.5}, {"communication": 0.2, "matrix_products": 0.5})
+    assert tb.shortfalls(comm, ["ZeRO-3"]) == ("ZeRO-3: communication (measured 50% of the step, predicted 20%)")
+    mm = table({"communication": 0.5, "matrix_products": 0.5}, {"communication": 0.5, "matrix_products": 0.1})
+    assert tb.shortfalls(mm, ["ZeRO-3"]).startswith("ZeRO-3: matrix products (measured 50%")
+    bubble = table({"communication": 0.5, "matrix_products": 0.5},
+                   {"communication": 0.1, "bubble": 0.4, "matrix_products": 0.3})  # a pipeline's waits
+    assert tb.shortfalls(bubble, ["ZeRO-3"]).startswith("ZeRO-3: matrix products")
+    assert tb.shortfalls(comm, ["DDP"]) == "no such strategy was measured"
+    assert tb.shortfalls(comm.drop(columns=[f"pred_{c}" for c in tb.PREDICTED_CLASSES]), ["ZeRO-3"]) == \
+        "not measured in classes"

@@ -7,7 +7,8 @@
   exposed communication and bubble) as fractions of the measured iteration;
 - :func:`by_strategy`: the means of those per strategy; :func:`styled`: as the book shows it;
 - :func:`draw`: measured and predicted bars per strategy;
-- :func:`largest_share`, :func:`compute_coverage`, :func:`framework_range`, :func:`fidelity`: the sentences;
+- :func:`largest_share`, :func:`shortfalls`, :func:`compute_coverage`, :func:`framework_range`, :func:`fidelity`: the
+  sentences;
 - :func:`provenance_rows`: what the captions name.
 
 Units: a class's fraction is its seconds in the breakdown step over that step's window (so that the classes of a
@@ -140,6 +141,27 @@ def largest_share(table) -> str:
     largest = table[list(CLASSES)].astype(float).idxmax(axis=1)
     counts = largest.value_counts()
     return "; ".join(f"{LABELS[c]} in {n} of {len(table)} strategies" for c, n in counts.items())
+
+
+def shortfalls(table, strategies) -> str:
+    """For each of ``strategies`` (in that order), the class of :func:`by_strategy`'s ``table`` whose predicted share of
+    the measured iteration falls furthest below its measured share of the breakdown step (the predicted bubble
+    counted with communication, which is where the profiler puts a pipeline's waits), in words; needs the predicted
+    classes of a profile with measured kernels."""
+    if not len(table) or "pred_matrix_products" not in table:
+        return "not measured in classes"
+    out = []
+    for name in strategies:
+        found = table[table.strategy == name]
+        if not len(found):
+            continue
+        row = found.iloc[0]
+        predicted = {c: float(row[f"pred_{c}"]) for c in CLASSES}
+        predicted["communication"] += float(row["pred_bubble"])
+        gap = {c: float(row[c]) - predicted[c] for c in CLASSES}
+        c = max(gap, key=gap.get)
+        out.append(f"{name}: {LABELS[c]} (measured {float(row[c]):.0%} of the step, predicted {predicted[c]:.0%})")
+    return "; ".join(out) if out else "no such strategy was measured"
 
 
 def compute_coverage(per) -> str:

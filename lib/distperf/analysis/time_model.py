@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost import kernels as kn
+from ..measure.calibrate import PIPE_MICROBATCHES
 from ..measure.kernels import STEP_FIT_MODEL
 from ..results import signed_error
 from . import rows
@@ -229,13 +230,21 @@ def closes(table: pd.DataFrame) -> str:
             f"the median |error| over strategies goes {ladder}: no step lowers it")
 
 
+def worst_strategies(table: pd.DataFrame, count: int = 3) -> list[str]:
+    """The ``count`` strategies whose median signed error is largest in size after the whole ladder."""
+    last = LADDER[-1][0]
+    if not len(table) or last not in table:
+        return []
+    return list(table.assign(size=table[last].abs()).nlargest(count, "size").strategy)
+
+
 def largest_misses(table: pd.DataFrame, count: int = 3) -> str:
     """The ``count`` strategies whose median signed error is largest in size after the whole ladder, in words."""
     last = LADDER[-1][0]
-    if not len(table) or last not in table:
+    worst = worst_strategies(table, count)
+    if not worst:
         return "not measured"
-    worst = table.assign(size=table[last].abs()).nlargest(count, "size")
-    return ", ".join(f"{r.strategy} ({r[last]:+.0%})" for _, r in worst.iterrows())
+    return ", ".join(f"{name} ({table.loc[table.strategy == name, last].iloc[0]:+.0%})" for name in worst)
 
 
 def draw_ablation(ax, table: pd.DataFrame) -> None:
@@ -348,8 +357,9 @@ def constants_table(hw) -> pd.DataFrame:
         ("tp_sp_collective_s", f"{k.tp_sp_collective_s * 1e6:.3g}", "µs per sequence-parallel collective",
          "the same, sequence parallel, less 4 all-gathers' and 4 reduce-scatters' α-β"),
         ("pp_action_s", f"{k.pp_action_s * 1e6:.3g}", "µs per action (a microbatch's forward or backward on a stage)",
-         "4 Blocks pipelined one stage per rank under torch's 1F1B: a microbatch's time (steps of 6 less of 2, / 4) "
-         "less its stage's plain Blocks and two sends' α-β, / 2"),
+         f"4 Blocks pipelined one stage per rank under torch's 1F1B: steps of {PIPE_MICROBATCHES[1]} microbatches "
+         f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
+         "microbatch, less the model's sends and waits; / 2"),
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
