@@ -135,8 +135,11 @@ def test_no_validation_row_was_used_to_fit_anything():
     assert {r["model"] for r in fit["rows"]} == {STEP_FIT_MODEL}
     validation = {name for name in presets.MODELS if name != STEP_FIT_MODEL}
     assert set(tm.held_out(pd.DataFrame({"model": list(presets.MODELS)})).model) == validation
-    probe = (PROBE["hidden"], PROBE["heads"], PROBE["seq"])
-    assert all((m.hidden, m.heads, m.seq) != probe for m in presets.MODELS.values())
+    from distperf.measure.calibrate import PATH_PROBE
+
+    for shape in (PROBE, PATH_PROBE):  # the kernel and parallel-path probes
+        probe = (shape["hidden"], shape["heads"], shape["seq"])
+        assert all((m.hidden, m.heads, m.seq) != probe for m in presets.MODELS.values())
 
 
 def test_exposed_communication_per_kind_where_it_matters():
@@ -193,3 +196,16 @@ def test_path_rounds_recompute_each_constant_from_every_round():
     assert pp["max"] - pp["min"] == pytest.approx(0.004 / 2 * 1e6) and pp["profile"] == 0.0  # the profile's own
     assert table.loc["fsdp_overlap", "min"] == table.loc["fsdp_overlap", "max"]  # the same FSDP2 times each round
     assert tm.path_rounds({"conditions": {}}, hw).empty and tm.path_rounds(None, hw).empty
+
+
+def test_a_drained_2bw_step_is_compared_with_a_flushed_pipelines_bubble():
+    from distperf.analysis import rows as rows_mod
+
+    twobw = row("small", 1.0, pp=2, schedule="2bw", microbatches=4)
+    cfg = rows_mod.config_of_row(pd.Series(twobw))
+    steady = predict(cfg, HW)["time_s"]
+    flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), HW)["time_s"]
+    assert steady["bubble"] < flushed["bubble"]
+    measured = {**twobw, "communication.exposed_s.pipeline_parallel": twobw["iteration_time_s.median"]}
+    table = tm.exposed_errors({"regimes": pd.DataFrame([measured])}, HW)
+    assert table.predicted_s.iloc[0] == pytest.approx(steady["communication_exposed"] + flushed["bubble"])

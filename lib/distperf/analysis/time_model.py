@@ -127,7 +127,9 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     that kind (``communication.exposed_s.<kind>``: the most exposed rank's time blocked on it, for a pipeline also on
     its neighbours) exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
     ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a pipeline) and
-    the signed ``error``."""
+    the signed ``error``. PipeDream-2BW's communication is measured on a drained step (:mod:`distperf.measure.steps`:
+    the pipeline fills and drains inside it, which its training steps do not), so its bubble there is that of the
+    same pipeline flushed under 1F1B."""
     frame = _frame(tables)
     columns = ["experiment", "strategy", "model", "kind", "measured_s", "predicted_s", "error"]
     if hw is None or not len(frame):
@@ -145,7 +147,14 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         if measured is None or pd.isna(measured) or measured <= EXPOSED_SHARE * r["iteration_time_s.median"]:
             continue
         t = p["time_s"]
-        value = t["communication_exposed"] + (t["bubble"] if kind == "pipeline_parallel" else 0.0)
+        bubble = t["bubble"]
+        if r["config.layout.schedule"] == "2bw":  # its measured step is drained: the fill and drain of a flush
+            from ..cost import predict
+
+            cfg = rows.config_of_row(r)
+            bubble = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw,
+                             check=False)["time_s"]["bubble"]
+        value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
         out.append({"experiment": r.experiment, "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
                     "measured_s": float(measured), "predicted_s": value})
     table = pd.DataFrame(out, columns=columns[:-1])
