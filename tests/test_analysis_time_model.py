@@ -209,3 +209,15 @@ def test_a_drained_2bw_step_is_compared_with_a_flushed_pipelines_bubble():
     measured = {**twobw, "communication.exposed_s.pipeline_parallel": twobw["iteration_time_s.median"]}
     table = tm.exposed_errors({"regimes": pd.DataFrame([measured])}, HW)
     assert table.predicted_s.iloc[0] == pytest.approx(steady["communication_exposed"] + flushed["bubble"])
+
+
+def test_the_two_instruments_of_exposed_communication_are_compared_from_the_data():
+    table = pd.DataFrame({"measured_s": [1.0, 1.0], "breakdown_s": [0.5, 0.5], "predicted_s": [0.5, 0.5]})
+    table["error"] = table.predicted_s / table.measured_s - 1
+    table["error_breakdown"] = table.predicted_s / table.breakdown_s - 1
+    sentence = tm.instruments_sentence(table)
+    assert "differs from the communication step's waits by a median of 50%" in sentence
+    assert "50% against the waits" in sentence and "0% against the breakdown step" in sentence
+    agree = table.assign(breakdown_s=1.0, error_breakdown=-0.5)
+    assert "by a median of 0%" in tm.instruments_sentence(agree)
+    assert tm.instruments_sentence(table.assign(breakdown_s=float("nan"))).startswith("only one instrument")

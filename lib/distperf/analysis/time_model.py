@@ -129,7 +129,9 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a pipeline) and
     the signed ``error``. PipeDream-2BW's communication is measured on a drained step (:mod:`distperf.measure.steps`:
     the pipeline fills and drains inside it, which its training steps do not), so its bubble there is that of the
-    same pipeline flushed under 1F1B."""
+    same pipeline flushed under 1F1B. Beside it, ``breakdown_s``: the same run's communication class in its breakdown
+    step (the profiler alone, no dispatch mode: :mod:`distperf.measure.breakdown`) as a share of that step times the
+    measured iteration, and ``error_breakdown`` against it — a second instrument, not the goal's."""
     frame = _frame(tables)
     columns = ["experiment", "strategy", "model", "kind", "measured_s", "predicted_s", "error"]
     if hw is None or not len(frame):
@@ -155,10 +157,16 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
             bubble = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw,
                              check=False)["time_s"]["bubble"]
         value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
+        window, seen = r.get("time_breakdown_s.window"), r.get("time_breakdown_s.communication")
+        step = (float(seen) / float(window) * float(r["iteration_time_s.median"])
+                if window is not None and seen is not None and not pd.isna(window) and not pd.isna(seen) and window > 0
+                else np.nan)
         out.append({"experiment": r.experiment, "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
-                    "measured_s": float(measured), "predicted_s": value})
-    table = pd.DataFrame(out, columns=columns[:-1])
+                    "measured_s": float(measured), "predicted_s": value, "breakdown_s": step})
+    table = pd.DataFrame(out, columns=[*columns[:-1], "breakdown_s"])
     table["error"] = signed_error(table.predicted_s, table.measured_s) if len(table) else pd.Series(dtype=float)
+    table["error_breakdown"] = (signed_error(table.predicted_s, table.breakdown_s) if len(table)
+                                else pd.Series(dtype=float))
     return held_out(table).reset_index(drop=True)
 
 
@@ -410,3 +418,16 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
             out.append((name, unit, len(seen), min(seen), float(np.median(seen)), max(seen),
                         getattr(hw.kernels, name) * scale))
     return pd.DataFrame(out, columns=columns)
+
+
+def instruments_sentence(exposed: pd.DataFrame) -> str:
+    """How far the two measurements of exposed communication of :func:`exposed_errors` lie apart (the communication
+    step's waits and the breakdown step's communication class), and the model's error against each, in words."""
+    both = exposed.dropna(subset=["breakdown_s"]) if len(exposed) else exposed
+    if not len(both):
+        return "only one instrument measured the exposed communication"
+    apart = signed_error(both.breakdown_s, both.measured_s).abs().median()
+    return (f"over {len(both)} configurations the breakdown step's communication differs from the communication "
+            f"step's waits by a median of {apart:.0%}; the model's median |error| is {both.error.abs().median():.0%} "
+            f"against the waits (the goal's instrument) and {both.error_breakdown.abs().median():.0%} against the "
+            "breakdown step")
