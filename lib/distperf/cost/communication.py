@@ -244,8 +244,9 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
                   traffic: Traffic | None = None) -> DataParallelTerms:
     """The data-parallel collectives' bytes (:func:`data_parallel_traffic`) and the time they leave exposed:
     DDP's all-reduce bucketed behind the last backward (and ZeRO-1's broadcasts after the optimizer step, or the
-    paper's all-gather); FSDP2's gathers where the microbatch's compute does not hide them and its
-    reduce-scatters, unit by unit, behind the last backward (the paper's: behind every backward). PipeDream
+    paper's all-gather); FSDP2's gathers, unit by unit, where the microbatch's compute does not hide them and its
+    reduce-scatters, unit by unit, behind the last backward (the paper's: one gather of the whole model, and the
+    reduction behind every backward). PipeDream
     updates after every microbatch, so its reduction is per microbatch. With measured kernels, what compute hides
     is only the profile's ``overlap`` share of what it could hide (:mod:`distperf.cost.kernels`)."""
     dp, zero = lay.dp, lay.zero
@@ -266,7 +267,12 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
                         + collective_time("all-gather", params * pb, dp, *_link(hw, "all-gather", group, backend)))
     else:
         gathered = params if convention == "paper" else dp * states.owned
-        gather = collective_time("all-gather", gathered * pb, dp, *_link(hw, "all-gather", group, backend))
+        link = _link(hw, "all-gather", group, backend)
+        if convention == "paper":  # one gather of the whole model
+            gather = collective_time("all-gather", gathered * pb, dp, *link)
+        else:  # FSDP2 gathers unit by unit: each call pays its latency
+            gather = sum(count * collective_time("all-gather", dp * shard * pb, dp, *link)
+                         for count, shard in states.units if count)
         layer = max((shard for count, shard in states.units if count), default=0)
         overlap = hw.kernels.fsdp_overlap if hw.kernels is not None else 1.0  # FSDP2's own path
         reduction = _bucketed(hw, gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp, group, backend,
