@@ -518,7 +518,8 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
     """What the parallel paths cost beyond the kernel time model's other terms, from :func:`parallel_paths`:
 
     - ``tp_collective_s``: per tensor-parallel collective, DTensor's cost beyond the α-β time of an all-reduce as a
-      step issues it (``fits``), (tp layer − its kernels, contended − the one-rank wrapper − 4 all-reduces) / 4;
+      step issues it (``fits``), (tp layer − its compute − the one-rank wrapper − 4 all-reduces) / 4, the compute
+      being the kernel model's for the shard scaled by the plain layer's measured time over the model's for it;
       ``tp_sp_collective_s`` the same with sequence parallelism, over its 4 all-gathers and 4 reduce-scatters;
     - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
       1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), at most 1; negative
@@ -541,13 +542,15 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
         fit = fits[kind]["all"]
         return collective_time(kind, nbytes, world, fit["alpha"], fit["beta"], "nccl")
 
-    sharded = kn.layer(costs, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, world, False, True, True, False, "none",
-                       False)
-    compute = sum(sum(pair) for c, pair in sharded.items() if c != "framework") * costs.contention_compute
+    def kernels(t: int, sp: bool) -> float:
+        layer = kn.layer(costs, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, t, sp, True, True, False, "none", False)
+        return sum(sum(pair) for c, pair in layer.items() if c != "framework")
+
+    # the shard's compute: the kernel model's, scaled to the plain layer measured beside it (same probe, same moment)
+    scale = paths["plain_layer_s"] / kernels(1, False) if paths.get("plain_layer_s") else costs.contention_compute
+    compute = kernels(world, False) * scale
     extra = (paths["tp_layer_s"] - compute - costs.tp_layer_s - 4 * ring("all-reduce", message)) / 4
-    sharded = kn.layer(costs, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, world, True, True, True, False, "none",
-                       False)
-    compute = sum(sum(pair) for c, pair in sharded.items() if c != "framework") * costs.contention_compute
+    compute = kernels(world, True) * scale
     collectives = 4 * ring("all-gather", message) + 4 * ring("reduce-scatter", message)  # 2 + 2 each way
     extra_sp = (paths["tp_sp_layer_s"] - compute - costs.tp_sp_layer_s - collectives) / 8
     unit = layer_parameters(spec.hidden, spec.ffn) * 4
