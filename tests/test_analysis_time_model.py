@@ -221,3 +221,14 @@ def test_the_two_instruments_of_exposed_communication_are_compared_from_the_data
     agree = table.assign(breakdown_s=1.0, error_breakdown=-0.5)
     assert "by a median of 0%" in tm.instruments_sentence(agree)
     assert tm.instruments_sentence(table.assign(breakdown_s=float("nan"))).startswith("only one instrument")
+
+
+def test_the_drift_between_two_calibrations_is_told_from_the_data():
+    first = pd.DataFrame({"analytical": [0.1, -0.2, 0.05], "profiled": [0.02, -0.04, 0.06]})
+    again = pd.DataFrame({"analytical": [0.2, -0.3, 0.1], "profiled": [0.03, -0.05, 0.01]})
+    sentence = tm.drift_sentence(first, again, ("2026-12-01T06:00:00Z", "2026-12-01T06:30:00Z"))
+    assert "30 minutes after the first" in sentence
+    assert "median |error| is 20.0% (largest 30%) against 10.0% (20%)" in sentence
+    assert "profiled mode's 3.0% (5%) against 4.0% (6%)" in sentence
+    assert "median |error| is 10.0% (largest 20%) against 20.0% (30%)" in tm.drift_sentence(again, first)
+    assert tm.drift_sentence(first, first.iloc[:0]) == "no second calibration was made"

@@ -431,3 +431,19 @@ def instruments_sentence(exposed: pd.DataFrame) -> str:
             f"step's waits by a median of {apart:.0%}; the model's median |error| is {both.error.abs().median():.0%} "
             f"against the waits (the goal's instrument) and {both.error_breakdown.abs().median():.0%} against the "
             "breakdown step")
+
+
+def drift_sentence(first: pd.DataFrame, again: pd.DataFrame, dates: tuple[str, str] | None = None) -> str:
+    """How the two modes' errors (:func:`errors`) move when the same runs are predicted with a second calibration of the
+    machine (``again``) instead of the first (``first``), in words; ``dates``: the two calibrations' ISO dates."""
+    if not len(again) or not len(first):
+        return "no second calibration was made"
+    when = ""
+    if dates:
+        start, end = (pd.Timestamp(d) for d in dates)
+        when = f" {abs(end - start).total_seconds() / 60:.0f} minutes after the first"
+    a, f = again.analytical.abs(), first.analytical.abs()
+    pa, pf = again.profiled.abs(), first.profiled.abs()
+    return (f"with a second calibration{when}, the analytical mode's median |error| is {a.median():.1%} (largest "
+            f"{a.max():.0%}) against {f.median():.1%} ({f.max():.0%}) with the first, and the profiled mode's "
+            f"{pa.median():.1%} ({pa.max():.0%}) against {pf.median():.1%} ({pf.max():.0%})")

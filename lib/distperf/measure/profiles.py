@@ -141,6 +141,16 @@ def this_machine(scale: str) -> Path:
     return profile
 
 
+# calibrate's flags for the book's profile of this machine, per scale (notebooks/calibration.ipynb, and the second
+# calibration of notebooks/time_breakdown.ipynb)
+CALIBRATION_FLAGS = {
+    "smoke": ["--quick", "--models", "small"],
+    "cpu": ["--models", "tiny,small", "--micro-batches", "1,2,4"],
+    "gpu": ["--models", "gpt2,gpt2-medium", "--micro-batches", "1,2,4,8"],
+}
+AGAIN = "hardware-again.json"  # the second calibration, next to hardware.json
+
+
 def calibrate_once(profile: Path, flags: list[str], device: str = "cpu", timeout: float = 900.0) -> dict:
     """Run ``python -m distperf calibrate FLAGS --out PROFILE`` with one thread (every rank of the book's runs
     computes with one), unless a profile is already there: it is kept, but for a quick one when ``flags`` ask
