@@ -29,7 +29,6 @@ import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 MIN_RUN_S = 0.05  # per timed part and rank
 
