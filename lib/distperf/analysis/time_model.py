@@ -370,7 +370,8 @@ def constants_table(hw) -> pd.DataFrame:
          "4 Blocks (h 256, s 64) under FSDP2 on every rank less plain and the one-rank wrappers, over the "
          "collectives' α-β time"),
         ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",
-         "a Block tensor-parallel on every rank less its kernels, the one-rank wrapper and 4 all-reduces' α-β"),
+         "a Block tensor-parallel on every rank less its compute (the kernel model's for the shard, scaled by the "
+         "plain Block measured beside it over the model's for it), the one-rank wrapper and 4 all-reduces' α-β"),
         ("tp_sp_collective_s", f"{k.tp_sp_collective_s * 1e6:.3g}", "µs per sequence-parallel collective",
          "the same, sequence parallel, less 4 all-gathers' and 4 reduce-scatters' α-β"),
         ("pp_action_s", f"{k.pp_action_s * 1e6:.3g}", "µs per action (a microbatch's forward or backward on a stage)",
