@@ -141,6 +141,8 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     frame = frame[single.to_numpy()].reset_index(drop=True)
     if not len(frame):
         return pd.DataFrame(columns=columns)
+    from ..cost import predict
+
     predicted = rows.with_predictions(frame, hw, check=False)
     out = []
     for (_, r), p in zip(frame.iterrows(), predicted.prediction):
@@ -151,8 +153,6 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         t = p["time_s"]
         bubble = t["bubble"]
         if r["config.layout.schedule"] == "2bw":  # its measured step is drained: the fill and drain of a flush
-            from ..cost import predict
-
             cfg = rows.config_of_row(r)
             bubble = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw,
                              check=False)["time_s"]["bubble"]

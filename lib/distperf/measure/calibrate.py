@@ -457,7 +457,7 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
 PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the time of a microbatch
 
 
-def pipeline_microbatch_time(schedule: str, world: int, reps: int, spec=None) -> float:
+def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
     """Seconds the trainer's engine for ``schedule`` (torch's pipelining runtime, or the 2BW engine) adds to one more
     microbatch of :data:`PATH_PROBE` pipelined over the ``world`` ranks (one stage each, microbatch 1), beyond the
     stage's own forward and backward: per rank, steps of the two lengths of :data:`PIPE_MICROBATCHES` alternate with the
@@ -474,7 +474,7 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int, spec=None) ->
     from ..parallel.loop import build_trainer
     from ..tokens import make_source
 
-    spec = spec or ModelSpec(**PATH_PROBE)
+    spec = ModelSpec(**PATH_PROBE)
     source = make_source("synthetic", spec.vocab, spec.seq, 0)
     rank = dist.get_rank()
     first, last = rank == 0, rank == world - 1
@@ -524,11 +524,9 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
     - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
       1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), at most 1; negative
       when the path costs more than that α-β time (then it is the excess: the cost model takes (1 − fsdp_overlap)
-      times the α-β time), at least −``FSDP_EXPOSURE_MAX``;
-    - ``pp_action_s``, ``twobw_action_s``: what torch's pipelining runtime and the 2BW engine add per action (a
-      microbatch's forward or backward on a stage) beyond its layers and its send, (a microbatch's time in the
-      pipelined probe − its stage's layers at the plain layer's time − two sends' α-β time) / 2; the ends of the
-      probe (a 16-token vocabulary) are left in it."""
+      times the α-β time), at least −``FSDP_EXPOSURE_MAX``.
+
+    The pipeline engines' constants need the cost model on the whole profile: :func:`pipeline_actions`."""
     from ..config import ModelSpec
     from ..cost import kernels as kn
     from ..cost.collectives import collective_time
