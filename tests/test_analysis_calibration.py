@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from distperf.analysis import calibration as analysis
+from distperf.analysis.verdicts import rule
 from distperf.cost import flops
 from distperf.hardware import PRESETS
 
@@ -155,7 +156,7 @@ def test_the_verdict_rule(fit_rms, profiled, expected):
     fits = pd.DataFrame({"rms rel. error": [0.01, fit_rms]})
     wf = pd.DataFrame({"error_profiled": [0.0, profiled], "error_analytical": [-0.5, 0.0]})
     met = analysis.criteria(fits, wf)
-    assert analysis.verdict(met) == expected
+    assert rule("calibration").verdict(analysis.statistics(fits, wf)) == expected
     assert met[analysis.ANALYTICAL_CRITERION] is False
 
 

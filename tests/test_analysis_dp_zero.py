@@ -13,6 +13,7 @@ from distperf.analysis import dp_zero as dp  # noqa: E402
 from distperf.config import Config, Layout, validate  # noqa: E402
 from distperf.hardware import PRESETS  # noqa: E402
 from distperf.runner.sweep import flatten  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 
 MiB = 2**20
 
@@ -184,13 +185,13 @@ def test_the_sentences_on_the_errors_with_and_without_measurements():
     assert dp.volume_errors(empty) == "not measured in this build"
 
 
-@pytest.mark.parametrize("spread, noise, matters", [(0.2, 0.1, True), (0.08, 0.1, False), (0.04, 0.01, False),
-                                                    (0.06, 0.01, True)])
-def test_the_bucket_matters_above_the_noise_and_five_percent(spread, noise, matters):
+@pytest.mark.parametrize("spread, noise, verdict", [(0.2, 0.1, "reproduced"), (0.08, 0.1, "depends"),
+                                                    (0.04, 0.01, "depends"), (0.06, 0.01, "reproduced"),
+                                                    (0.04, 0.1, "not reproduced")])
+def test_the_bucket_matters_above_the_noise_and_five_percent(spread, noise, verdict):
     effect = dp.BucketEffect(spread=spread, noise=noise, best=pd.Series({"bucket_mb": 25.0}), u_shape=False,
                              predicted_spread=0.0)
-    assert dp.bucket_matters(effect) is matters
-    assert dp.verdict(matters) == ("reproduced" if matters else "not reproduced")
+    assert rule("dp_zero").verdict(dp.statistics(effect)) == verdict
 
 
 def test_the_finding_and_the_verdicts_words():
@@ -200,5 +201,6 @@ def test_the_finding_and_the_verdicts_words():
                                        "step-to-step spread 5%); ZeRO-3 kept 30% of DDP's model states per rank")
     assert dp.finding(effect, None) == "Bucket size changed two-rank DDP's iteration time by 30%"
     hw = SimpleNamespace(intra_latency=150e-6)
-    assert dp.verdict_text(True, hw).endswith("the communication block size matters here too")
-    assert "α ≈ 150 µs" in dp.verdict_text(False, hw)
+    assert dp.verdict_text("reproduced", hw).endswith("the communication block size matters here too")
+    assert "only at the margin" in dp.verdict_text("depends", hw)
+    assert "α ≈ 150 µs" in dp.verdict_text("not reproduced", hw)

@@ -10,8 +10,11 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from distperf.analysis import memory_anatomy as anatomy  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 from distperf.runner.anatomy import measure_point  # noqa: E402
 from distperf.runner.sweep import flatten  # noqa: E402
+
+MEMORY = rule("memory_anatomy")
 
 MiB = 2**20
 PSI = 34176  # the tiny preset's parameters
@@ -94,7 +97,7 @@ def test_the_trainers_count_meets_a_measured_step(point):
     """The cost model against a measured step of the tiny preset, within the verdict's tolerances."""
     point = dict(model="tiny", batch=2, seq=16, **point)
     row = anatomy.with_predictions(pd.DataFrame([{**flatten(measure_point(point)), **point}]))
-    assert anatomy.states_within(row) and anatomy.activations_within(row)
+    assert MEMORY.verdict(anatomy.statistics(row)) == "reproduced"
     assert row.iloc[0].tensor_peak_increase > 0
 
 
@@ -132,10 +135,10 @@ def test_the_allocator_table_in_mib():
 
 def test_tolerances_on_both_sides_and_the_worst_row():
     rows = grid()
-    assert anatomy.states_within(rows) and anatomy.activations_within(rows)
-    assert not anatomy.activations_within(rows, tolerance=0.01)
-    assert not anatomy.states_within(pd.DataFrame([analysed(err=-0.006)]))
-    assert anatomy.states_within(pd.DataFrame([analysed(err=0.005)]))
+    assert MEMORY.verdict(anatomy.statistics(rows)) == "reproduced"
+    assert MEMORY.verdict(anatomy.statistics(rows), {"activations_error": 0.01}) == "depends"
+    assert MEMORY.outcome(anatomy.statistics(pd.DataFrame([analysed(err=-0.006)])))["states_error"] is False
+    assert MEMORY.outcome(anatomy.statistics(pd.DataFrame([analysed(err=0.005)])))["states_error"] is True
     assert anatomy.worst(rows, "err_activations") == "-1.20% (small, b = 2, s = 32, fp32, none, sdpa)"
 
 
@@ -156,17 +159,15 @@ def test_the_activation_numbers_without_the_rows_they_need():
     assert anatomy.mixed_activation_ratio(no_reference) == "—"
 
 
-@pytest.mark.parametrize("states_ok, activations_ok, expected", [
-    (True, True, "reproduced"), (True, False, "depends"), (False, True, "depends"), (False, False, "not reproduced"),
-])
-def test_the_verdict(states_ok, activations_ok, expected):
-    assert anatomy.verdict(states_ok, activations_ok) == expected
-
-
-def test_the_reason_and_the_finding_quote_the_data():
+def test_the_rules_statistics_are_the_largest_errors():
     rows = grid()
-    assert anatomy.reason(rows) == ("the largest model-state error is 0.00% (tolerance 0.5%), the largest activation "
-                                    "error -1.20% (small, b = 2, s = 32, fp32, none, sdpa) (tolerance 2%)")
+    stats = anatomy.statistics(rows)
+    assert stats["activations_error"] == pytest.approx(0.012)
+    assert stats["states_error"] == 0.0
+
+
+def test_the_finding_quotes_the_data():
+    rows = grid()
     assert anatomy.finding(rows) == ("Korthikanti's published count, on the fp32 rows without recomputation, misses "
                                      "the unfused (`math`) attention by -0.1% to -0.1% and the fused (`sdpa`) "
                                      "attention the trainers use by default by +2.0% to +20.0%.")

@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 from distperf import presets, results  # noqa: E402
 from distperf.analysis import network as net  # noqa: E402
 from distperf.analysis import pp_vs_dp  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 from distperf.config import Config, Layout, validate  # noqa: E402
 from distperf.cost import predict  # noqa: E402
 from distperf.hardware import PRESETS  # noqa: E402
@@ -259,14 +260,17 @@ def test_placement_counts_on_each_side_of_one():
 
 
 def test_the_network_verdict():
-    assert net.verdict(False, None, None, 0, 0, 0) == "not measured"
-    assert net.verdict(True, 1e8, 2.9e8, 2, 2, 2) == "reproduced"  # within a factor of three
-    assert net.verdict(True, 1e8, 3.1e8, 2, 2, 2) == "depends"  # beyond it
-    assert net.verdict(True, 1e8, 1e8, 1, 2, 2) == "depends"  # the framework misses one placement
-    assert net.verdict(True, 1e8, 1e8, 2, 1, 2) == "depends"  # inside a node loses at one rate
-    assert net.verdict(True, 1e8, None, 2, 2, 2) == "depends"
-    assert net.verdict(True, None, 1e8, 2, 1, 2) == "depends"  # no measured crossover, inside wins somewhere
-    assert net.verdict(True, None, 1e8, 2, 0, 2) == "not reproduced"
+    def verdict(*args):
+        return rule("network").verdict(net.statistics(*args))
+
+    assert verdict(False, None, None, 0, 0, 0) == "not measured"
+    assert verdict(True, 1e8, 2.9e8, 2, 2, 2) == "reproduced"  # within a factor of three
+    assert verdict(True, 1e8, 3.1e8, 2, 2, 2) == "depends"  # beyond it
+    assert verdict(True, 1e8, 1e8, 1, 2, 2) == "depends"  # the framework misses one placement
+    assert verdict(True, 1e8, 1e8, 2, 1, 2) == "depends"  # inside a node loses at one rate
+    assert verdict(True, 1e8, None, 2, 2, 2) == "depends"  # no measured crossover
+    assert verdict(True, None, 1e8, 1, 1, 2) == "not reproduced"
+    assert verdict(True, 1e8, 1e8, 0, 0, 0) == "reproduced"  # no placement runs: the crossover alone decides
 
 
 def test_the_network_finding():

@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 from distperf import presets  # noqa: E402
 from distperf.analysis import papers_scale as papers  # noqa: E402
 from distperf.analysis.analytical_framework import TWO_BW_MODELS, preset_parameters  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 from distperf.config import Config, Layout  # noqa: E402
 from distperf.cost import predict  # noqa: E402
 from conftest import published_row  # noqa: E402
@@ -178,30 +179,34 @@ def exact_inputs():
 
 def test_meta_exact_needs_every_count_states_and_stage_to_match():
     fresh, stages = exact_inputs()
-    assert papers.meta_exact(fresh, stages)
-    assert not papers.meta_exact(fresh.assign(parameters=fresh.parameters + 1), stages)
-    assert not papers.meta_exact(fresh.assign(states_meta=fresh.states_meta + 8), stages)
-    assert not papers.meta_exact(fresh, stages.assign(parameters=stages.parameters + 1))
+
+    def exact(fresh, stages):
+        return papers.statistics(fresh, stages, comparison())["counts_exact"]
+
+    assert exact(fresh, stages) == 1
+    assert exact(fresh.assign(parameters=fresh.parameters + 1), stages) < 1
+    assert exact(fresh.assign(states_meta=fresh.states_meta + 8), stages) < 1
+    assert exact(fresh, stages.assign(parameters=stages.parameters + 1)) < 1
 
 
-@pytest.mark.parametrize("exact, agree, outcome", [(True, True, "reproduced"), (True, False, "depends"),
-                                                   (False, True, "not reproduced"), (False, False, "not reproduced")])
+@pytest.mark.parametrize("exact, agree, outcome", [(1.0, 1.0, "reproduced"), (1.0, 0.9, "depends"),
+                                                   (0.9, 1.0, "depends"), (0.9, 0.9, "not reproduced")])
 def test_verdict(exact, agree, outcome):
-    assert papers.verdict(exact, agree) == outcome
+    assert rule("papers_scale").verdict({"counts_exact": exact, "published_agree": agree}) == outcome
 
 
-def test_reason_follows_the_verdict_and_names_the_misses():
+def test_reason_follows_the_statistics_and_names_the_misses():
     frame = comparison()
-    assert papers.reason("reproduced", frame).startswith("every count equals the real module's and every")
-    assert papers.reason("depends", frame) == ("every count equals the real module's, but not every published value "
-                                               "agrees after rounding: b parameters +3.53%")
-    assert papers.reason("not reproduced", frame) == "some count differs from the real module's"
+    assert papers.reason({"counts_exact": 1.0}, frame) == ("every count equals the real module's, but not every "
+                                                          "published value agrees after rounding: b parameters +3.53%")
+    assert papers.reason({"counts_exact": 0.5}, frame[frame.agrees]) == (
+        "50% of the counts equal the real module's, and every published value agrees after rounding")
 
 
 def test_finding_reports_gpt3_the_exact_models_and_the_published_agreement():
     fresh = pd.DataFrame({"model": ["gpt3-175b", "x", "y"], "parameters": [174.6e9, 10, 20],
                           "predicted": [174.6e9, 10, 21]})
     text = papers.finding(fresh, comparison())
-    assert text == ("The cost model counts GPT-3's 174.60 billion parameters and the other 2 paper models exactly as "
-                    "the real modules hold them (2 of 3 exact on the meta device); 2 of 3 published values agree after "
-                    "rounding, the largest difference +3.53%.")
+    assert text == ("The cost model counts GPT-3's 174.60 billion parameters; 2 of 3 paper models are counted exactly "
+                    "as the real modules hold them on the meta device; 2 of 3 published values agree after rounding, "
+                    "the largest difference +3.53%.")

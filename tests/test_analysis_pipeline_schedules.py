@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 from distperf import presets  # noqa: E402
 from distperf.analysis import pipeline_schedules as ps  # noqa: E402
 from distperf.analysis import rows  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 from distperf.config import Config, Layout  # noqa: E402
 from distperf.cost import flops as fl  # noqa: E402
 from distperf.cost import schedules  # noqa: E402
@@ -234,7 +235,8 @@ def test_the_trend_of_time_per_microbatch_with_m_and_its_sentence():
     one_m = ps.per_microbatch_trend(_fresh({("1f1b", 4): 2.0, ("2bw", 8): 1.0}))
     assert falling == pytest.approx(-1.0) and rising == pytest.approx(1.0) and math.isnan(one_m)
     assert ps.trend_sentence(falling) == "falls as m grows, as the shrinking bubble predicts"
-    assert ps.trend_sentence(-0.5) == ps.trend_sentence(rising) == "does not fall steadily with m"
+    assert ps.trend_sentence(-0.5) == ps.trend_sentence(falling)
+    assert ps.trend_sentence(-0.49) == ps.trend_sentence(rising) == "does not fall steadily with m"
     assert ps.trend_sentence(one_m) == "was measured at one m only"
 
 
@@ -255,18 +257,17 @@ def test_bubble_gap_is_the_median_of_measured_minus_predicted():
 
 
 @pytest.mark.parametrize("median_abs, speedup, trend, expected", [
-    (0.15, [0.5], np.nan, "reproduced"),  # the level alone decides at 15 % or less
-    (0.16, [0.5], np.nan, "depends"),
-    (0.51, [0.5], -0.9, "not reproduced"),
+    (0.10, [1.2], -0.9, "reproduced"),  # every criterion includes its bound
+    (0.11, [1.2], -0.9, "depends"),
+    (0.51, [0.9], -0.4, "not reproduced"),
     (0.51, [1.2, 1.1], -0.9, "depends"),  # trend and 2BW advantage hold, the level does not
-    (0.51, [1.2, 0.9], -0.9, "not reproduced"),
-    (0.51, [1.2], -0.4, "not reproduced"),
-    (0.51, [1.2], np.nan, "not reproduced"),
-    (0.51, [], -0.9, "not reproduced"),
-    (0.5, [], np.nan, "depends"),
+    (0.51, [1.2, 0.9], -0.9, "depends"),
+    (0.51, [], np.nan, "not reproduced"),  # what was not measured is left out
+    (0.05, [], np.nan, "reproduced"),
 ])
 def test_verdict_on_each_side_of_its_thresholds(median_abs, speedup, trend, expected):
-    assert ps.verdict(median_abs, pd.Series(speedup, dtype=float), trend) == expected
+    stats = ps.statistics(median_abs, pd.Series(speedup, dtype=float), trend)
+    assert rule("pipeline_schedules").verdict(stats) == expected
 
 
 def test_finding_quotes_the_numbers():

@@ -12,6 +12,7 @@ import pytest
 
 from distperf import presets, published
 from distperf.analysis import planner as analysis
+from distperf.analysis.verdicts import rule
 from distperf.hardware import GIB, PRESETS
 from distperf.planner import candidates, plan
 
@@ -302,18 +303,20 @@ def test_the_ranking_figure_draws_both_rankings():
 @pytest.mark.parametrize("rho, share, hits, expected", [
     (0.7, 0.9, 4, "reproduced"),
     (0.7, 0.9, 3, "depends"),  # a good ranking, not every depth
-    (0.69, 0.9, 1, "depends"),  # one of the paper's depths, a weak ranking
-    (0.9, 0.89, 0, "not reproduced"),
-    (0.69, 1.0, 0, "not reproduced"),
+    (0.69, 0.9, 1, "depends"),  # a first choice near the best, a weak ranking
+    (0.69, 0.89, 0, "not reproduced"),
 ])
 def test_the_verdict_rule(rho, share, hits, expected):
     summary = {"FLOPs": {"rho": -1.0, "share": 0.0}, "profiled": {"rho": rho, "share": share}}
-    assert analysis.verdict(summary, hits, 4) == (expected, "profiled")
+    stats, use = analysis.statistics(summary, hits, 4)
+    assert use == "profiled" and rule("planner").verdict(stats) == expected
 
 
 def test_the_verdict_uses_flops_without_profiled_times():
-    assert analysis.verdict({"FLOPs": {"rho": 0.8, "share": 1.0}}, 2, 2) == ("reproduced", "FLOPs")
-    assert analysis.verdict({"FLOPs": {"rho": 0.1, "share": 1.0}}, 0, 2) == ("not reproduced", "FLOPs")
+    stats, use = analysis.statistics({"FLOPs": {"rho": 0.8, "share": 1.0}}, 2, 2)
+    assert use == "FLOPs" and rule("planner").verdict(stats) == "reproduced"
+    stats, _ = analysis.statistics({"FLOPs": {"rho": 0.1, "share": 0.5}}, 0, 2)
+    assert rule("planner").verdict(stats) == "not reproduced"
 
 
 def test_the_finding():

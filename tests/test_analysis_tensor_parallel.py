@@ -10,7 +10,10 @@ from distperf import presets  # noqa: E402
 from distperf.analysis import tensor_parallel as tpa  # noqa: E402
 from distperf.config import Config, Layout, validate  # noqa: E402
 from distperf.hardware import PRESETS  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 from distperf.runner.sweep import flatten  # noqa: E402
+
+TP = rule("tensor_parallel")
 
 
 def trained(tp=1, sp=False, b=2, status="ok"):
@@ -129,34 +132,28 @@ def test_the_error_rows_and_the_profiled_sentence():
     assert tpa.profiled_errors(errors.assign(quantity="iteration time")) == ""
 
 
-def outcome(state_error=0.0, activation_error=0.0, bytes_error=0.0, peak=True, comm=True, predicted_slow=True):
-    """The checks on chosen errors; ``predicted_slow``: the framework, like the measurement, has tp 2 slower at b = 1."""
+def statistics(state_error=0.0, activation_error=0.0, bytes_error=0.0, peak=True, comm=True, predicted_slow=True):
+    """The rule's statistics on chosen errors; ``predicted_slow``: the framework, like the measurement, has tp 2 slower at b = 1."""
     tp = runs()
     speed = tpa.speeds(tp)
     predicted = speed.copy() if predicted_slow else tpa.speeds(tp, "predicted_s")
     table = pd.DataFrame({"quantity": ["TP bytes sent per layer"], "error": [bytes_error]})
-    return tpa.checks(memory_table(state_error, activation_error), table, speed, predicted, peak, comm)
+    return tpa.statistics(memory_table(state_error, activation_error), table, speed, predicted, peak, comm)
 
 
-def test_every_check_on_both_sides_of_its_threshold():
-    assert all(outcome().values()) and len(outcome()) == 4
-    assert not outcome(state_error=0.11)["model states"] and outcome(state_error=-0.1)["model states"]
-    assert not outcome(bytes_error=-0.2)["communication per layer"]
-    assert outcome(activation_error=0.25)["activations"] and not outcome(activation_error=0.26)["activations"]
-    assert not outcome(predicted_slow=False)["whether tp 2 is faster than one rank"]
-    assert list(outcome(peak=False, comm=False)) == ["model states", "whether tp 2 is faster than one rank"]
-
-
-def test_the_verdict_held_and_missed():
-    good = outcome()
-    assert tpa.verdict(good) == "reproduced" and tpa.missed(good) == "none"
-    assert tpa.held(good) == ("model states, communication per layer, activations, whether tp 2 is faster than one "
-                              "rank")
-    mixed = outcome(activation_error=0.5, predicted_slow=False)
-    assert tpa.verdict(mixed) == "depends"
-    assert tpa.missed(mixed) == "activations, whether tp 2 is faster than one rank"
-    bad = outcome(state_error=0.5, bytes_error=0.5, activation_error=0.5, predicted_slow=False)
-    assert tpa.verdict(bad) == "not reproduced" and tpa.held(bad) == "none"
+def test_every_statistic_on_both_sides_of_its_threshold():
+    assert TP.verdict(statistics()) == "reproduced"
+    assert not TP.outcome(statistics(state_error=0.11))["states_error"]
+    assert TP.outcome(statistics(state_error=-0.1))["states_error"]
+    assert not TP.outcome(statistics(bytes_error=-0.2))["comm_error"]
+    assert TP.outcome(statistics(activation_error=0.25))["activations_error"]
+    assert not TP.outcome(statistics(activation_error=0.26))["activations_error"]
+    assert not TP.outcome(statistics(predicted_slow=False))["faster_agree"]
+    unmeasured = TP.outcome(statistics(peak=False, comm=False))
+    assert unmeasured["comm_error"] is None and unmeasured["activations_error"] is None
+    assert TP.verdict(statistics(activation_error=0.5, predicted_slow=False)) == "depends"
+    assert TP.verdict(statistics(state_error=0.5, bytes_error=0.5, activation_error=0.5,
+                                 predicted_slow=False)) == "not reproduced"
 
 
 def test_the_finding():

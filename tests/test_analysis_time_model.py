@@ -1,17 +1,20 @@
 """The time model against measurements (distperf.analysis.time_model), on synthetic sweep rows, and the rule that
 no validation row was used to fit anything."""
 import json
+import math
 from dataclasses import asdict, fields, replace
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from distperf import presets  # noqa: E402
 from distperf.analysis import time_model as tm  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 from distperf.config import Config, Layout, validate  # noqa: E402
 from distperf.cost import kernels as kn  # noqa: E402
 from distperf.cost import predict  # noqa: E402
@@ -161,11 +164,16 @@ def test_exposed_communication_per_kind_where_it_matters():
 
 
 def test_the_verdict_follows_the_goals():
-    table = pd.DataFrame({"met": [True, True]})
-    assert tm.verdict(table) == "reproduced"
-    assert tm.verdict(pd.DataFrame({"met": [True, False]})) == "depends"
-    assert tm.verdict(pd.DataFrame({"met": [False, False]})) == "not reproduced"
-    assert tm.verdict(pd.DataFrame({"met": [None, None]})) == "not measured"
+    def table(profiled, analytical, exposed=None):
+        errs = pd.DataFrame({"profiled": profiled, "analytical": analytical})
+        return tm.goal_table(errs, None if exposed is None else pd.DataFrame({"error": exposed}))
+
+    time = rule("time_breakdown")
+    assert time.verdict(tm.statistics(table([0, 0.05, -0.15], [0, 0.1, -0.25], [0.1, -0.1, 0]))) == "reproduced"
+    assert time.verdict(tm.statistics(table([0, 0.05, -0.16], [0, 0.1, -0.25], [0.1, -0.1, 0]))) == "depends"
+    assert time.verdict(tm.statistics(table([0.3, -0.3], [0.3, -0.3], [0.3]))) == "not reproduced"
+    unmeasured = tm.statistics(table([np.nan], [np.nan]))
+    assert time.verdict(unmeasured) == "not measured" and math.isnan(unmeasured["exposed_largest"])
 
 
 def test_the_largest_misses_are_named_from_the_data():

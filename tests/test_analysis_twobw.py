@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 from distperf import presets, published  # noqa: E402
 from distperf.analysis import pipeline_schedules as ps  # noqa: E402
 from distperf.analysis import twobw  # noqa: E402
+from distperf.analysis.verdicts import rule  # noqa: E402
 from distperf.config import Config, Layout  # noqa: E402
 from distperf.cost import schedules  # noqa: E402
 from distperf.runner.sweep import flatten  # noqa: E402
@@ -133,9 +134,8 @@ def test_final_losses_summary_and_whether_2bw_tracks_vanilla():
     summary = twobw.convergence_summary(final)
     assert summary.loc["tied head", "spread"] == pytest.approx(np.std([2.0, 2.2], ddof=1))
     assert summary.tracks.tolist() == [True, False]
-    assert twobw.tracks_vanilla(summary) == (False, True)
-    assert twobw.tracks_vanilla(summary.iloc[:1]) == (True, True)
-    assert twobw.tracks_vanilla(summary.iloc[:0]) == (False, False)
+    assert twobw.statistics(engine_speed([1.1]), summary)["tracks"] == 0.5
+    assert twobw.statistics(engine_speed([1.1]), summary.iloc[:1])["tracks"] == 1.0
     sentence = twobw.summary_sentence(summary)
     assert "with the tied head, 2BW's loss differs from vanilla by +0.050 nats per byte (+2.4%), within" in sentence
     assert "with the untied head" in sentence and "outside the seed-to-seed spread of vanilla (0.014)" in sentence
@@ -193,11 +193,79 @@ def test_flush_speedups_and_their_sentences():
     assert twobw.speed_sentence(flush.iloc[:0]) == "not measured"
 
 
-@pytest.mark.parametrize("faster, tracks_all, tracks_any, expected", [
-    (True, True, True, "reproduced"), (True, False, False, "depends"), (False, True, True, "depends"),
-    (False, False, True, "depends"), (False, False, False, "not reproduced")])
-def test_verdict_needs_both_speed_and_tracking(faster, tracks_all, tracks_any, expected):
-    assert twobw.verdict(faster, tracks_all, tracks_any) == expected
+def test_the_version_sentence_follows_the_ratio():
+    assert twobw.version_sentence(pd.Series({0: 2.001, 1: 1.995})).startswith("the second weight version")
+    assert twobw.version_sentence(pd.Series({0: 2.2})) == "up to 10% away from the second weight version alone (2×)"
+    assert twobw.version_sentence(pd.Series(dtype=float)) == "the weight versions were not measured"
+
+
+def engine_speed(lows):
+    """:func:`twobw.engine_speedups` rows against Flush on the same engine with the given lower bounds."""
+    return pd.DataFrame({"m": range(2, 2 + len(lows)), "against": twobw.ENGINE_NAMES["2bw-flush"],
+                         "speed-up": [x + 0.05 for x in lows], "low": lows, "high": [x + 0.1 for x in lows]})
+
+
+@pytest.mark.parametrize("lows, tracks, expected", [
+    ([1.2, 1.01], [True, True], "reproduced"), ([1.2, 1.1], [True, False], "depends"),
+    ([1.2, 0.98], [True, True], "depends"), ([0.9], [False, True], "not reproduced"), ([], [], "not measured")])
+def test_verdict_needs_both_speed_and_tracking(lows, tracks, expected):
+    stats = twobw.statistics(engine_speed(lows), pd.DataFrame({"tracks": tracks}, dtype=bool))
+    assert rule("twobw").verdict(stats) == expected
+
+
+def engine_table(times: dict, parts=None, peaks=None) -> pd.DataFrame:
+    """Rows of the engines experiment: {(schedule, m): [median step of each repeat]} (schedule "gpipe+recompute"
+    for GPipe with full recomputation)."""
+    parts = parts or {"layer.forward_s": 1.0, "layer.backward_s": 2.0, "embedding.forward_s": 0.0,
+                      "embedding.backward_s": 0.0, "head.forward_s": 0.0, "head.backward_s": 0.0,
+                      "optimizer.layer_s": 0.0, "optimizer.first_s": 0.0, "optimizer.last_s": 0.0}
+    out = []
+    for (schedule, m), values in times.items():
+        for r, t in enumerate(values):
+            out.append({"status": "ok", "source": "fresh", "repeat": r, "arg.schedule": schedule.split("+")[0],
+                        "config.layout.recompute": "full" if "+" in schedule else "none", "arg.microbatches": m,
+                        "arg.pp": 2, "config.model.layers": 4, "iteration_time_s.median": t,
+                        "memory_bytes.total": (peaks or {}).get(schedule, 100.0) * m,
+                        "prediction.memory_bytes_per_stage": json.dumps([90.0 * m, 80.0 * m]),
+                        **{f"part_times.{k}": v for k, v in parts.items()}})
+    return pd.DataFrame(out)
+
+
+def test_engine_speedups_carry_an_interval_from_the_repeats():
+    runs = twobw.engine_runs(engine_table({("2bw", 4): [1.0, 1.02, 0.98], ("2bw-flush", 4): [1.2, 1.22, 1.18],
+                                           ("gpipe", 4): [1.5]}))
+    speed = twobw.engine_speedups(runs)
+    flush = twobw.same_engine(speed).iloc[0]
+    assert flush["speed-up"] == pytest.approx(1.2, rel=1e-3) and flush["low"] < 1.2 < flush["high"]
+    assert flush["repeats"] == 3 and twobw.interval_text(flush).startswith("1.20× [")
+    gpipe = speed[speed.against == twobw.ENGINE_NAMES["gpipe"]].iloc[0]
+    assert math.isnan(gpipe["low"]) and twobw.interval_text(gpipe) == "1.50× (one repeat, no interval)"
+
+
+def test_the_simulator_is_fed_the_measured_stage_and_checked_at_depth_two():
+    runs = twobw.engine_runs(engine_table({("2bw", 2): [2 * 6.0], ("2bw-flush", 2): [3 * 6.0]}))
+    forward, backward, update = twobw.stage_times(runs, 4)
+    assert forward == [2.0] * 4 and backward == [4.0] * 4 and update == 0.0  # two layers a stage
+    sim = twobw.simulated_speedups(runs, depths=(2, 4), ms=(2, 4))
+    assert sim.set_index(["depth", "m"]).simulated.to_dict() == pytest.approx(
+        {(2, 2): 1.5, (2, 4): 5 / 4, (4, 4): 7 / 4})  # (m + d − 1)/m with equal stages
+    check = twobw.simulation_check(twobw.engine_speedups(runs), sim)
+    assert check.iloc[0]["signed error"] == pytest.approx(0.0)
+
+
+def test_the_memory_cap_makes_gpipe_recompute_or_not_fit():
+    runs = twobw.engine_runs(engine_table(
+        {("2bw", 4): [1.0, 1.0], ("gpipe", 4): [1.1, 1.1], ("gpipe+recompute", 4): [1.4, 1.4],
+         ("2bw", 8): [2.0, 2.0], ("gpipe", 8): [2.2, 2.2]},
+        peaks={"2bw": 100.0, "gpipe": 150.0, "gpipe+recompute": 90.0}))
+    table = twobw.capped(runs).set_index("m")
+    assert table.loc[4, "GPipe under the cap"] == twobw.ENGINE_NAMES["gpipe+recompute"]
+    assert table.loc[4, "speed-up"] == pytest.approx(1.4)
+    assert table.loc[8, "GPipe under the cap"] == "does not fit" and math.isnan(table.loc[8, "speed-up"])
+    memory = twobw.engine_memory(runs)
+    row = memory[(memory.schedule == twobw.ENGINE_NAMES["2bw"]) & (memory.m == 4)].iloc[0]
+    assert row["measured (bytes)"] == 400.0 and row["predicted (bytes)"] == 360.0
+    assert row["signed error"] == pytest.approx(-0.1)
 
 
 def test_finding_quotes_speed_and_loss_difference_per_head():

@@ -97,6 +97,9 @@ def test_every_glued_figure_is_labelled_captioned_and_saved(chapter):
         kinds = ("svg", "png") if name.startswith("fig-") else ("csv",)
         for kind in kinds:
             assert f'href="../figures/{name}.{kind}"' in caption, f"{chapter.name}: {name} does not link its {kind}"
+        if name == f"tbl-{chapter.stem.replace('_', '-')}-rule":  # the verdict's table (book.glue_verdict)
+            assert f'book.glue_verdict("{chapter.stem}",' in text, f"{chapter.name}: {name} is not its rule's table"
+            continue
         helper = "glue_figure" if name.startswith("fig-") else "glue_table"
         assert f'book.{helper}("{name}",' in text, f"{chapter.name}: {name} is not glued through book.{helper}"
 

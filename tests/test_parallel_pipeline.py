@@ -1,6 +1,6 @@
-"""Pipeline parallelism on 2 gloo ranks: GPipe, 1F1B and interleaved 1F1B equal the single-device run
-(all partition kinds, tied and untied heads, recomputation); PipeDream-2BW, run through the same
-trainer, follows W(t+1) = W(t) − ν∇f(W(t−1)) of a single-process simulation."""
+"""Pipeline parallelism on 2 gloo ranks: GPipe, 1F1B, interleaved 1F1B and PipeDream-Flush on the 2BW engine
+equal the single-device run (all partition kinds, tied and untied heads, recomputation); PipeDream-2BW, run
+through the same trainer, follows W(t+1) = W(t) − ν∇f(W(t−1)) of a single-process simulation."""
 from __future__ import annotations
 
 import pytest
@@ -17,6 +17,9 @@ CASES = {
     "1f1b-full-recompute": Layout(pp=2, schedule="1f1b", micro_batch=1, microbatches=4, recompute="full"),
     "interleaved-selective-recompute": Layout(pp=2, schedule="interleaved", chunks=2, micro_batch=1,
                                               microbatches=4, recompute="selective"),
+    # PipeDream-Flush on the 2BW engine: a flush every step, so the ordinary update of one device
+    "2bw-flush": Layout(pp=2, schedule="2bw-flush", micro_batch=1, microbatches=4),
+    "2bw-flush-width-2": Layout(dp=2, pp=2, schedule="2bw-flush", micro_batch=1, microbatches=2),
 }
 
 
@@ -25,8 +28,9 @@ def test_pipeline_equals_single_device(name):
     check_against_reference(CASES[name])
 
 
-def test_pipeline_with_untied_head_equals_single_device():
-    check_against_reference(CASES["1f1b"], spec=tiny_spec(tied=False))
+@pytest.mark.parametrize("name", ["1f1b", "2bw-flush"])
+def test_pipeline_with_untied_head_equals_single_device(name):
+    check_against_reference(CASES[name], spec=tiny_spec(tied=False))
 
 
 def test_checks_of_torchs_schedules_come_before_any_process():
@@ -36,7 +40,8 @@ def test_checks_of_torchs_schedules_come_before_any_process():
     for layout, field in ((Layout(pp=2, schedule="1f1b", microbatches=1), "microbatches"),
                           (Layout(pp=2, schedule="interleaved", chunks=2, microbatches=5), "microbatches"),
                           (Layout(pp=2, schedule="pipedream", microbatches=2), "schedule"),
-                          (Layout(pp=2, schedule="2bw", microbatches=2, zero=1), "zero")):
+                          (Layout(pp=2, schedule="2bw", microbatches=2, zero=1), "zero"),
+                          (Layout(pp=2, schedule="2bw-flush", microbatches=2, zero=1), "zero")):
         with pytest.raises(ConfigError) as e:
             check_pipeline(validate(Config(model=spec, layout=layout)))
         assert e.value.field == field

@@ -408,3 +408,32 @@ def test_steady_state_has_no_flush_bubble():
 def test_schedule_refuses_fewer_microbatches_than_stages():
     with pytest.raises(ConfigError, match="microbatches"):
         sched.schedule(4, 3, batches=1)
+
+
+# ---------------------------------------------------------------- PipeDream-Flush on the same engine
+@pytest.mark.parametrize("d,m", [(2, 2), (2, 5), (4, 4), (4, 9)])
+def test_flush_schedule_drains_every_batch_and_keeps_one_version(d, m):
+    per_stage = sched.flush_schedule(d, m, batches=3)
+    sched.timeline(per_stage)  # executable: raises on a deadlock
+    for r, actions in enumerate(per_stage):
+        updates = [i for i, a in enumerate(actions) if a.kind == "U"]
+        assert [actions[i].index for i in updates] == [0, 1, 2]
+        for t, end in enumerate(updates):  # every microbatch of batch t is done before update t, none of t + 1
+            done = {a.index for a in actions[:end] if a.kind == "B"}
+            assert set(range(t * m, t * m + m)) <= done and not done & set(range((t + 1) * m, (t + 2) * m))
+        assert all(a.version == a.index // m for a in actions if a.kind != "U")  # batch t on version t
+
+
+@pytest.mark.parametrize("d,m", [(2, 2), (2, 8), (4, 4), (4, 16), (8, 8)])
+def test_batch_times_of_2bw_and_flush_with_equal_stages(d, m):
+    """Equal stages, free communication: 2BW's steady batch takes m·(f + b), Flush's (m + d − 1)·(f + b)."""
+    f, b = 1.0, 2.0
+    assert sched.batch_time(sched.schedule(d, m, 5), f, b) == pytest.approx(m * (f + b))
+    assert sched.batch_time(sched.flush_schedule(d, m, 5), f, b) == pytest.approx((m + d - 1) * (f + b))
+
+
+def test_batch_time_takes_per_stage_times_and_needs_three_batches():
+    slow_last = sched.batch_time(sched.flush_schedule(2, 4, 4), [1.0, 2.0], [2.0, 4.0])
+    assert slow_last == pytest.approx(4 * 6.0 + 3.0)  # m·t_max + the other stage's fill and drain
+    with pytest.raises(ValueError):
+        sched.batch_time(sched.flush_schedule(2, 4, 2))

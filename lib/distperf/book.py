@@ -111,6 +111,25 @@ def glue_table(name: str, table, provenance: str) -> None:
     glue(f"{name}-provenance", provenance, display=False)
 
 
+def glue_verdict(chapter: str, stats: dict, provenance: str) -> str:
+    """Glue a chapter's verdict from its rule (:mod:`distperf.analysis.verdicts`) and ``stats``: ``verdict``,
+    ``rule`` (the rule in words, printed before the result), ``rule-result`` (each criterion's value and meaning),
+    ``rule-robustness`` (whether other thresholds change the verdict) and the table ``tbl-<chapter>-rule``
+    (underscores as hyphens). Returns the verdict."""
+    from myst_nb import glue
+
+    from .analysis import verdicts
+
+    rule = verdicts.rule(chapter)
+    verdict = rule.verdict(stats)
+    glue("verdict", verdict, display=False)
+    glue("rule", rule.statement(), display=False)
+    glue("rule-result", rule.explanation(stats), display=False)
+    glue("rule-robustness", rule.robustness(stats), display=False)
+    glue_table(f"tbl-{chapter.replace('_', '-')}-rule", rule.sensitivity(stats).style.hide(axis="index"), provenance)
+    return verdict
+
+
 def model_provenance() -> str:
     """The provenance of a figure drawn from the cost model and published numbers alone: no device measured;
     the commit and the date of the build."""

@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 ARCHS = ("gpt", "bert")
 ATTENTIONS = ("sdpa", "math")  # distperf.model.Attention: fused scaled_dot_product_attention, or unfused
-SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "2bw", "pipedream")
+SCHEDULES = ("none", "gpipe", "1f1b", "interleaved", "2bw", "2bw-flush", "pipedream")
+# the schedules our hand-written engine runs (distperf.parallel.twobw): PipeDream-2BW, and PipeDream-Flush on the
+# same code (a flush every step, one weight version), so that the two compare without an engine between them
+TWOBW_ENGINE = ("2bw", "2bw-flush")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp32", "mixed")
 OPTIMIZERS = ("adam", "sgd")
@@ -219,15 +222,16 @@ def validate(cfg: Config) -> Config:
     if lay.sequence_parallel and m.seq % lay.tp:
         raise ConfigError("sequence_parallel", f"seq ({m.seq}) must be divisible by tp ({lay.tp})")
     if lay.pp > 1 and lay.schedule == "none":
-        raise ConfigError("schedule", "pp > 1 needs a pipeline schedule (gpipe, 1f1b, interleaved, 2bw, pipedream)")
+        raise ConfigError("schedule", "pp > 1 needs a pipeline schedule (gpipe, 1f1b, interleaved, 2bw, 2bw-flush, pipedream)")
     if lay.pp == 1 and lay.schedule not in ("none", "gpipe", "1f1b"):
         raise ConfigError("schedule", f"{lay.schedule} needs pp > 1")
     if lay.chunks > 1 and lay.schedule != "interleaved":
         raise ConfigError("chunks", "more than one chunk per rank needs the interleaved schedule")
     if lay.schedule == "interleaved" and lay.chunks < 2:
         raise ConfigError("chunks", "the interleaved schedule needs chunks >= 2")
-    if lay.schedule == "2bw" and lay.microbatches < lay.pp:
-        raise ConfigError("microbatches", f"2bw needs microbatches >= pp (m={lay.microbatches} < pp={lay.pp})")
+    if lay.schedule in TWOBW_ENGINE and lay.microbatches < lay.pp:
+        raise ConfigError("microbatches", f"{lay.schedule} needs microbatches >= pp (m={lay.microbatches} < "
+                                          f"pp={lay.pp})")
     if lay.partition:
         if len(lay.partition) != lay.stages:
             raise ConfigError("partition", f"needs {lay.stages} entries (pp·chunks), got {len(lay.partition)}")

@@ -8,10 +8,11 @@ data-parallel ranks with ZeRO stages 0–3 (``dp_zero``), two-rank DDP at severa
 - :func:`by_bucket`, :func:`bucket_effect`, :func:`shape_sentence`, :func:`exposed_sentence`,
   :func:`draw_bucket_times`, :func:`draw_bucket_communication`: the bucket sweep;
 - :func:`error_rows`, :func:`profiled_errors`, :func:`exposed_errors`, :func:`volume_errors`: the signed errors;
-- :func:`bucket_matters`, :func:`verdict`, :func:`finding`, :func:`verdict_text`: the verdict and its sentences.
+- :func:`statistics`, :func:`finding`, :func:`verdict_text`: what the verdict's rule decides on, and its sentences.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import pandas as pd
@@ -23,7 +24,6 @@ from .measured_vs_predicted import MiB, error_range, errors_of, memory_rows, mod
 BUCKET = "options.bucket_mb"
 SENT = "communication.sent_bytes.data_parallel"
 EXPOSED = "communication.exposed_s.data_parallel"
-MIN_EFFECT = 0.05  # the smallest change of iteration time (5 %) that counts, however quiet the steps
 
 
 def sweep_runs(zero, bucket):
@@ -203,16 +203,11 @@ def volume_errors(table) -> str:
     return "; ".join(f"{r.configuration}: {r.error:+.0%}" for r in volume.itertuples())
 
 
-def bucket_matters(effect: BucketEffect) -> bool:
-    """Whether the bucket size matters: it moves the iteration time by more than the step-to-step noise and
-    by more than :data:`MIN_EFFECT`."""
-    return effect.spread > max(effect.noise, MIN_EFFECT)
-
-
-def verdict(matters: bool) -> str:
-    """The third claim (block size and waiting time matter) is 'reproduced' when the bucket size matters."""
-    return "reproduced" if matters else "not reproduced"
-
+def statistics(effect: BucketEffect) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): how far the bucket size moves the median iteration
+    time, and that change over the step-to-step spread."""
+    return {"bucket_spread": float(effect.spread),
+            "over_noise": float(effect.spread / effect.noise) if effect.noise > 0 else math.inf}
 
 def finding(effect: BucketEffect, zero3: float | None) -> str:
     """The verdict's finding: the bucket size's effect and, where measured, ZeRO-3's share of DDP's model states."""
@@ -223,11 +218,14 @@ def finding(effect: BucketEffect, zero3: float | None) -> str:
             "DDP's model states per rank")
 
 
-def verdict_text(matters: bool, hw) -> str:
+def verdict_text(verdict: str, hw) -> str:
     """The verdict on the third claim in words; where the bucket does not matter, why (α of the profile ``hw``)."""
-    if matters:
-        return ("the bucket size moves the iteration time by more than the run-to-run spread, so the communication "
+    if verdict == "reproduced":
+        return ("the bucket size moves the iteration time by more than the spread of the steps, so the communication "
                 "block size matters here too")
-    return ("on this machine the bucket size moves the iteration time by no more than the run-to-run spread: with "
+    if verdict == "depends":
+        return ("the bucket size moves the iteration time, but either by little or not clearly beyond the spread "
+                "of the steps, so the block size matters here only at the margin")
+    return ("on this machine the bucket size moves the iteration time by little or no more than the spread of the steps: with "
             f"α ≈ {hw.intra_latency * 1e6:.0f} µs and gradients of a few MiB, the all-reduce is short beside the "
             "backward pass, so neither the block size nor the waiting time can matter much")

@@ -6,7 +6,9 @@ backward time predicted as FLOPs over the machine's fastest matrix-product rate,
 - :func:`error_table`, :func:`extremes`, :func:`under_predicted`: the chapter's table and the numbers its
   prose quotes;
 - :func:`peak_fraction_trend`, :func:`trend_sentence`: whether the achieved fraction of R grows with the layer;
-- :func:`finding`: the one-line finding (the verdict, :data:`VERDICT`, is argued in the prose).
+- :func:`statistics`: what the chapter's rule (:mod:`distperf.analysis.verdicts`) decides on;
+- :func:`under_sentence`: how often the prediction is too low, and whether that is the expected sign;
+- :func:`finding`: the one-line finding.
 """
 from __future__ import annotations
 
@@ -15,8 +17,6 @@ import pandas as pd
 from .. import results
 from ..cost import flops
 
-# The chapter's verdict: FLOPs over R give the order of magnitude and the sign of the error, not the time.
-VERDICT = "depends"
 # Spearman ρ of the achieved fraction of R with FLOPs above which that fraction "grows with the layer's size".
 TREND_RHO = 0.5
 TABLE_FORMAT = {"GFLOP": "{:.3f}", "measured (ms)": "{:.2f}", "predicted (ms)": "{:.2f}", "signed error": "{:+.0%}",
@@ -85,6 +85,32 @@ def peak_fraction_trend(layers: pd.DataFrame) -> float:
 def trend_sentence(rho: float) -> str:
     """Whether the achieved fraction of R grows with the layer's size (ρ above :data:`TREND_RHO`)."""
     return "grows with the layer's size" if rho > TREND_RHO else "does not grow steadily with the layer's size"
+
+
+def statistics(layers: pd.DataFrame) -> dict:
+    """The rule's statistics over the layers this build measured: median and largest |signed error|."""
+    errors = layers[layers.source == "fresh"].error.abs()
+    return {"median_error": float(errors.median()), "largest_error": float(errors.max())}
+
+
+def under_sentence(under: int, count: int) -> str:
+    """Whether the prediction is mostly too low, as a model that leaves out all work but matrix products at the
+    best rate should be, or not."""
+    if count and under * 2 > count:
+        return ("the sign expected of a model that leaves out all work that is not a matrix product (LayerNorm, "
+                "GELU, softmax, memory traffic, framework overhead) and assumes every product runs at the fastest "
+                "rate ever measured")
+    return ("not the sign expected of a model that leaves out all work but the matrix products: here the layers "
+            "ran faster than the best measured product rate allows, so R (one product's best rate) is below what "
+            "the layer's products achieve")
+
+
+def trend_reason(rho: float) -> str:
+    """Why the achieved fraction of R grows with the layer (or that it does not), to follow :func:`trend_sentence`."""
+    if rho > TREND_RHO:
+        return (": small products cannot use the peak rate and the ignored element-wise work is a larger share of "
+                "small layers")
+    return ", so on this machine the shapes, not the size, set how close a layer comes to the peak rate"
 
 
 def finding(best: pd.Series, worst: pd.Series, under: int, count: int) -> str:

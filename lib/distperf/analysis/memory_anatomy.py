@@ -11,7 +11,7 @@ with unfused attention) — the allocator's peak beside the tensors', and the ve
   tables;
 - :func:`worst`, :func:`paper_count_errors`, :func:`selective_saving`, :func:`mixed_activation_ratio`,
   :func:`allocator_gap_range`: the numbers the prose quotes;
-- :func:`verdict`, :func:`reason`, :func:`finding`: the verdict and its sentences;
+- :func:`statistics`, :func:`finding`: what the verdict's rule decides on, and the finding;
 - :func:`draw_activations`, :func:`category_sizes`, :func:`draw_categories`: the two figures, one machine each.
 """
 from __future__ import annotations
@@ -24,12 +24,15 @@ from .. import presets
 from ..config import MODEL_STATES, Config, Layout, Training
 from ..cost import predict
 from ..results import signed_error
+from .verdicts import threshold
 
 STATES = list(MODEL_STATES)
 CATEGORIES = STATES + ["activations"]
 KEYS = ["model", "batch", "seq", "precision", "recompute", "attention"]
-STATES_TOLERANCE = 0.005  # the verdict's rule, declared before the data: every model state within ±0.5 %
-ACTIVATIONS_TOLERANCE = 0.02  # and every row's activations within ±2 % of the trainer's count
+# the verdict's rule, declared before the data: every model state within ±0.5 % and every row's activations
+# within ±2 % of the trainer's count
+STATES_TOLERANCE = threshold("memory_anatomy", "states_error")
+ACTIVATIONS_TOLERANCE = threshold("memory_anatomy", "activations_error")
 ACTIVATION_PANELS = [("batch", "micro-batch b"), ("seq", "sequence length s"), ("recompute", "recomputation"),
                      ("attention", "attention")]
 ERROR_COLUMNS = {"batch": "b", "seq": "s", "parameter_count": "Ψ", "err_parameters": "parameters",
@@ -155,16 +158,6 @@ def worst(fresh, column: str) -> str:
             f"{row.recompute}, {row.attention})")
 
 
-def states_within(fresh, tolerance: float = STATES_TOLERANCE) -> bool:
-    """Whether every row's three model states lie within ±``tolerance`` of the trainer's count."""
-    return bool((fresh[[f"err_{k}" for k in STATES]].abs() <= tolerance).all().all())
-
-
-def activations_within(fresh, tolerance: float = ACTIVATIONS_TOLERANCE) -> bool:
-    """Whether every row's activations lie within ±``tolerance`` of the trainer's count."""
-    return bool((fresh.err_activations.abs() <= tolerance).all())
-
-
 def paper_count_errors(fresh, attention: str) -> str:
     """The range of Korthikanti's count's errors on the fp32 rows without recomputation that ran ``attention``;
     '—' where there are none."""
@@ -204,21 +197,11 @@ def allocator_gap_range(fresh) -> str:
     return f"{ratio.min():.2f}× to {ratio.max():.2f}×" if len(ratio) else "not measured"
 
 
-def verdict(states_ok: bool, activations_ok: bool) -> str:
-    """The rule, declared before the data: 'reproduced' when every model state is within ±0.5 % and every row's
-    activations within ±2 % of the trainer's count; 'depends' when only one of the two holds; else 'not
-    reproduced'."""
-    if states_ok and activations_ok:
-        return "reproduced"
-    return "depends" if states_ok or activations_ok else "not reproduced"
-
-
-def reason(fresh) -> str:
-    """The criterion's result in words: the worst model-state error and the worst activation error, each against
-    its tolerance."""
-    states = max(fresh[[f"err_{k}" for k in STATES]].abs().max())
-    return (f"the largest model-state error is {states:.2%} (tolerance {STATES_TOLERANCE:.1%}), the largest "
-            f"activation error {worst(fresh, 'err_activations')} (tolerance {ACTIVATIONS_TOLERANCE:.0%})")
+def statistics(fresh) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the largest |error| of a model state and of a
+    row's activations against the trainer's count."""
+    return {"states_error": float(fresh[[f"err_{k}" for k in STATES]].abs().max().max()),
+            "activations_error": float(fresh.err_activations.abs().max())}
 
 
 def finding(fresh) -> str:

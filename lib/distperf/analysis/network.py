@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from ..cost import predict
 from ..emulation import spec as netspec
 from .pp_vs_dp import DP_LAYOUT, PP_LAYOUT, crossover, layout_names, pp_over_dp
 from .rows import config_of_row, global_batch, ok
+from .verdicts import share
 
 PREDICTED_RATES = np.logspace(6, 10, 161)  # 1 Mbit/s to 10 Gbit/s, for the predicted curves
 EXPOSED = "communication.exposed_s.data_parallel"
@@ -401,20 +403,17 @@ def bucket_section(bucket, why: str, hw, fits: dict):
     return draw_bucket(bucket), bucket_texts(bucket), book.provenance_caption(bucket)
 
 
-def verdict(measured_any: bool, measured_x, predicted_x, place_right: int, inside_wins: int, rates: int) -> str:
-    """'not measured' without pipeline runs; 'reproduced' when the measured and predicted crossovers lie within
-    a factor of three of each other and, at all ``rates`` of the placement runs, the framework predicts the
-    faster placement and that is replicas inside a node; 'depends' when there is a measured crossover or inside a
-    node wins somewhere; else 'not reproduced'."""
+def statistics(measured_any: bool, measured_x, predicted_x, place_right: int, inside_wins: int, rates: int) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the factor between the measured and the predicted
+    crossover link rates (infinite where either was not found; NaN without pipeline runs), and the shares of the
+    placement runs' link ``rates`` at which the framework names the faster placement and at which replicas inside
+    a node are faster."""
     if not measured_any:
-        return "not measured"
-    if measured_x is not None and predicted_x is not None and abs(np.log(measured_x / predicted_x)) <= np.log(3) \
-            and place_right == rates and inside_wins == rates:
-        return "reproduced"
-    if measured_x is not None or inside_wins:
-        return "depends"
-    return "not reproduced"
-
+        return {"crossover_factor": math.nan, "placement_right": math.nan, "inside_wins": math.nan}
+    factor = (max(measured_x / predicted_x, predicted_x / measured_x) if measured_x is not None
+              and predicted_x is not None else math.inf)
+    return {"crossover_factor": float(factor), "placement_right": share(place_right, rates),
+            "inside_wins": share(inside_wins, rates)}
 
 def finding(measured_any: bool, measured_x, predicted_x, inside_wins: int, rates: int) -> str:
     """The chapter's one-line finding: the measured and predicted crossovers, and whether replicas inside a node

@@ -14,6 +14,7 @@ from .. import presets, published, results
 from ..config import MODEL_STATES, Config, Layout, Training
 from ..cost import predict
 from ..cost.model_states import bytes_per_parameter, zero_model_state_bytes
+from .verdicts import share
 from .analytical_framework import BILLION, GIB, TWO_BW_MODELS, count_of, item_settings, preset_parameters
 
 UNIT_SCALE = {"GB": BILLION}  # published model-state sizes in units of one byte
@@ -234,41 +235,33 @@ def missed_text(comparison: pd.DataFrame) -> str:
 
 # Verdict ----------------------------------------------------------------------------------------------
 
-def meta_exact(fresh: pd.DataFrame, stages: pd.DataFrame) -> bool:
-    """Whether every count equals the real module's: parameters of every model, model states of every model
-    that took a step, parameters of every pipeline stage."""
+def statistics(fresh: pd.DataFrame, stages: pd.DataFrame, comparison: pd.DataFrame) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the share of counts equal to the real module's
+    (parameters of every model, model states of every model that took a step, parameters of every pipeline stage)
+    and the share of published values that agree after rounding."""
     steps = with_states(fresh)
-    return (exact_count(fresh.predicted, fresh.parameters) == len(fresh)
-            and exact_count(steps.states_predicted, steps.states_meta) == len(steps)
-            and bool((stages.predicted == stages.parameters).all()))
+    exact = (exact_count(fresh.predicted, fresh.parameters) + exact_count(steps.states_predicted, steps.states_meta)
+             + int((stages.predicted == stages.parameters).sum()))
+    return {"counts_exact": share(exact, len(fresh) + len(steps) + len(stages)),
+            "published_agree": share(int(comparison.agrees.sum()), len(comparison))}
 
 
-def verdict(counts_exact: bool, all_agree: bool) -> str:
-    """'reproduced' when every count equals the real module's and every published value agrees after
-    rounding; 'depends' when only the counts are exact; else 'not reproduced'."""
-    if counts_exact and all_agree:
-        return "reproduced"
-    return "depends" if counts_exact else "not reproduced"
-
-
-def reason(outcome: str, comparison: pd.DataFrame) -> str:
-    """Why the verdict ``outcome`` (:func:`verdict`) was reached; 'depends' names the published values that
-    do not agree."""
-    if outcome == "reproduced":
-        return "every count equals the real module's and every published value agrees after rounding"
-    if outcome == "depends":
-        missed = comparison[~comparison.agrees]
-        return ("every count equals the real module's, but not every published value agrees after rounding: "
-                + ", ".join(f"{r.model} {r.quantity} {r.error:+.2%}" for r in missed.itertuples()))
-    return "some count differs from the real module's"
-
+def reason(stats: dict, comparison: pd.DataFrame) -> str:
+    """The two statistics in words, naming the published values that do not agree."""
+    counts = ("every count equals the real module's" if stats["counts_exact"] == 1
+              else f"{stats['counts_exact']:.0%} of the counts equal the real module's")
+    missed = comparison[~comparison.agrees]
+    if missed.empty:
+        return f"{counts}, and every published value agrees after rounding"
+    return (f"{counts}, but not every published value agrees after rounding: "
+            + ", ".join(f"{r.model} {r.quantity} {r.error:+.2%}" for r in missed.itertuples()))
 
 def finding(fresh: pd.DataFrame, comparison: pd.DataFrame) -> str:
     """The chapter's finding in one sentence: GPT-3's count in billions, how many models are exact on the
     meta device, how many published values agree, and the largest difference."""
     row = fresh[fresh.model == "gpt3-175b"].iloc[0]
     exact = exact_count(fresh.predicted, fresh.parameters)
-    return (f"The cost model counts GPT-3's {row.parameters / BILLION:.2f} billion parameters and the other "
-            f"{len(fresh) - 1} paper models exactly as the real modules hold them ({exact} of {len(fresh)} exact on "
-            f"the meta device); {count_of(comparison.agrees)} published values agree after rounding, the largest "
+    return (f"The cost model counts GPT-3's {row.parameters / BILLION:.2f} billion parameters; {exact} of "
+            f"{len(fresh)} paper models are counted exactly as the real modules hold them on the meta device; "
+            f"{count_of(comparison.agrees)} published values agree after rounding, the largest "
             f"difference {worst(comparison).error:+.2%}.")

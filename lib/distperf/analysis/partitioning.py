@@ -11,6 +11,8 @@ the *total* memory of the pipeline.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -19,9 +21,10 @@ from ..cost import schedules
 from ..results import signed_error
 from . import rows
 from .pipeline_schedules import chunk_flops, span
+from .verdicts import threshold
 
 POLICIES = {"uniform": "uniform", "params": "by parameters", "time": "by time"}
-RISE_THRESHOLD = 0.02  # accounting is exact to the byte; 2 % is far above run-to-run differences
+RISE_THRESHOLD = threshold("partitioning", "rise")  # the rule's threshold on the rise of the total
 MIB = 2**20
 
 ERROR_TABLE_FORMAT = {"measured peak, all tensors (MiB)": "{:.2f}", "measured, modelled categories (MiB)": "{:.2f}",
@@ -164,20 +167,26 @@ def findings_sentence(findings: list[str]) -> str:
     return "; ".join(findings) or "no uniform reference was measured"
 
 
-def verdict(kind: str, rises: dict) -> tuple[str, str]:
-    """(verdict, reason): "depends" where only model states at rest were measured (their total is the same under
-    every split); "reproduced" where a 1F1B split raised the measured total by more than 2 % over the uniform one;
-    else "not reproduced"."""
+def statistics(kind: str, rises: dict) -> dict:
+    """The rule's statistic (:mod:`distperf.analysis.verdicts`): the largest rise of the measured total over the
+    uniform split under 1F1B (:func:`total_rises`); NaN where only model states at rest were measured (their total
+    is the same under every split, so they cannot decide)."""
+    one = rises.get("1f1b")
+    return {"rise": float(one[0]) if kind == rows.PEAK and one is not None else math.nan}
+
+
+def reason(kind: str, rises: dict) -> str:
+    """What the measured totals say, in words: why nothing was decided, which split raised the total, or that none
+    did by more than the rule's threshold."""
     one = rises.get("1f1b")
     if kind != rows.PEAK:
-        return "depends", ("only the model states between steps were measured here: they sum to the same total "
-                           "under every partition, so the claim rests on the predicted activations")
-    if one is not None and one[0] > RISE_THRESHOLD:
-        return "reproduced", (f"under 1F1B the {one[1]} split holds {one[0]:.1%} more memory in total than the "
-                              "uniform one, because the layers it moves to the first stage are kept for more "
-                              "microbatches at once")
-    return "not reproduced", "no partition raised the measured total by more than 2 % over the uniform split"
-
+        return ("only the model states between steps were measured here: they sum to the same total under every "
+                "partition, so the claim rests on the predicted activations")
+    if one is not None and one[0] >= RISE_THRESHOLD:
+        return (f"under 1F1B the {one[1]} split holds {one[0]:.1%} more memory in total than the uniform one; the "
+                f"framework predicted {one[2]:+.1%} for the worst split, from the layers a stage keeps for more "
+                "microbatches at once")
+    return f"no partition raised the measured total by {RISE_THRESHOLD:.0%} or more over the uniform split"
 
 def policy_splits(fresh_parts) -> dict:
     """The splits (layers per stage) each balancing policy chose, or "not measured"."""

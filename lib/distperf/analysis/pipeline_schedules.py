@@ -29,13 +29,13 @@ from ..cost import schedules
 from ..parallel import twobw_schedule as tb
 from ..results import signed_error
 from . import rows
+from .verdicts import threshold
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved", "2bw"]
 NAMES = {"none": "one process", "gpipe": "GPipe", "1f1b": "1F1B (Flush)", "interleaved": "interleaved 1F1B",
          "2bw": "PipeDream-2BW"}
 FLUSHING = ("gpipe", "1f1b")
-REPRODUCED_AT_MOST, NOT_REPRODUCED_ABOVE = 0.15, 0.5  # median absolute time error: the verdict's two thresholds
-FALLING_TREND = -0.5  # Spearman correlation of time per microbatch with m below which it "falls"
+FALLING_TREND = threshold("pipeline_schedules", "trend")  # Spearman ρ of time per microbatch with m: it "falls"
 MIB = 2**20
 
 TIME_TABLE_FORMAT = {"measured (ms)": "{:.1f}", "predicted (ms)": "{:.1f}", "signed error": "{:+.0%}",
@@ -290,7 +290,7 @@ def trend_sentence(trend: float) -> str:
     """What :func:`per_microbatch_trend` says, as the end of a sentence."""
     if math.isnan(trend):
         return "was measured at one m only"
-    return "falls as m grows, as the shrinking bubble predicts" if trend < FALLING_TREND else \
+    return "falls as m grows, as the shrinking bubble predicts" if trend <= FALLING_TREND else \
         "does not fall steadily with m"
 
 
@@ -311,15 +311,12 @@ def bubble_gap(fresh) -> float:
     return (fresh.measured_bubble - fresh.predicted_bubble).median()
 
 
-def verdict(median_abs: float, speedup, trend: float) -> str:
-    """"reproduced" for a median absolute time error of at most 15 %; "not reproduced" above 50 % unless the
-    trend with m and the 2BW advantage both hold; "depends" otherwise."""
-    if median_abs <= REPRODUCED_AT_MOST:
-        return "reproduced"
-    if (speedup > 1).all() and len(speedup) and trend == trend and trend < FALLING_TREND:
-        return "depends"
-    return "not reproduced" if median_abs > NOT_REPRODUCED_ABOVE else "depends"
-
+def statistics(median_abs: float, speedup, trend: float) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the median |signed error| of the iteration time,
+    the trend of time per microbatch with m (:func:`per_microbatch_trend`) and 2BW's smallest speed-up over 1F1B
+    (:func:`speedup_over_1f1b`; NaN where not measured)."""
+    return {"median_error": float(median_abs), "trend": float(trend),
+            "speedup_2bw": float(speedup.min()) if len(speedup) else math.nan}
 
 def finding(median_abs: float, rho: float, states_max: float, ratio_2bw: float) -> str:
     """The chapter's finding in one sentence."""

@@ -24,6 +24,7 @@ from ..cost import clear_caches
 from ..hardware import GIB, Hardware
 from ..planner import candidates, plan
 from .rows import global_batch as global_batches
+from .verdicts import share
 
 PAPER_MODELS = ("2bw-gpt-2.2b", "2bw-gpt-3.8b")
 PAPER_GPUS = 64
@@ -36,8 +37,6 @@ PAPER_ACHIEVED = "achieved 16-bit throughput"
 KEY = ["strategy", "schedule", "w", "d", "tp", "micro_batch", "recompute"]
 PROFILED_TIMES = "prediction.profiled.layer_times"
 LAYER_PARTS = ("layer", "embedding", "head")
-# "reproduced": the first choice runs at this share of the measured best, with at least this Spearman ρ.
-GOOD_SHARE, GOOD_RHO = 0.9, 0.7
 
 
 def paper_depths(models=PAPER_MODELS, gpus: int = PAPER_GPUS) -> dict[str, int]:
@@ -397,20 +396,13 @@ def draw_ranking(runs: pd.DataFrame):
 
 # --- Verdict ------------------------------------------------------------------------------------------------
 
-def verdict(summary: dict[str, dict], hits: int, cases: int) -> tuple[str, str]:
-    """The verdict and the ranking it rests on (profiled where available, else FLOPs): "reproduced" when that
-    ranking's first choice runs at ≥ :data:`GOOD_SHARE` of the measured best with ρ ≥ :data:`GOOD_RHO` and the
-    planner picks the paper's depth in all ``cases``; "depends" when only one of the two holds in part (a good
-    ranking, or at least one of the paper's depths); else "not reproduced"."""
+def statistics(summary: dict[str, dict], hits: int, cases: int) -> tuple[dict, str]:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`) and the ranking they rest on (profiled where
+    available, else FLOPs): that ranking's Spearman ρ with the measured one, its first choice's share of the
+    measured best, and the share of the paper's ``cases`` in which the planner picks the paper's depth."""
     use = "profiled" if "profiled" in summary else "FLOPs"
     s = summary[use]
-    good_rank = s["rho"] >= GOOD_RHO and s["share"] >= GOOD_SHARE
-    if good_rank and hits == cases:
-        return "reproduced", use
-    if good_rank or hits:
-        return "depends", use
-    return "not reproduced", use
-
+    return {"rho": float(s["rho"]), "share": float(s["share"]), "depth_hits": share(hits, cases)}, use
 
 def finding(use: str, s: dict, chosen: dict[str, list[int]], depths: dict[str, int], gpus: int = PAPER_GPUS) -> str:
     """The chapter's finding in one line: the first choice's share of the measured best, ρ, and the depths chosen

@@ -22,6 +22,7 @@ from .. import presets, results
 from ..config import Config, Layout, Training, validate
 from ..cost import predict
 from .rows import PROFILED_ITERATION, config_of_row, global_batch, ok
+from .verdicts import share
 
 PP_LAYOUT, DP_LAYOUT = "PP 2 (1F1B)", "DP 2"
 LAYOUT_COLOURS = {DP_LAYOUT: "C0", PP_LAYOUT: "C1"}
@@ -281,15 +282,12 @@ def batch_wins_text(grid, batch: int) -> str:
     return f"{(part.ratio > 1).sum()} of {len(part)} models at B = {batch}"
 
 
-def verdict(pp_wins: int, configurations: int, cluster_wins: int, cells: int) -> str:
-    """'reproduced' when the pipeline wins every measured configuration and every cluster cell, 'not reproduced'
-    when it wins none of either, else 'depends' (it wins somewhere, measured or predicted, not everywhere)."""
-    if pp_wins == configurations and cluster_wins == cells:
-        return "reproduced"
-    if pp_wins == 0 and cluster_wins == 0:
-        return "not reproduced"
-    return "depends"
-
+def statistics(counts: dict, configurations: int, cluster_wins: int, cells: int) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the share of measured configurations the pipeline
+    wins (beyond the noise: :func:`winner_table`) and the share of a cluster's cells in which the framework has it
+    win."""
+    return {"measured_share": share(counts["pp_wins"], configurations),
+            "predicted_share": share(cluster_wins, cells)}
 
 def finding(ratio, counts: dict, cluster_wins: int, cells: int) -> str:
     """The chapter's one-line finding: measured wins and ties, the PP/DP range, the framework's agreement and
@@ -301,14 +299,15 @@ def finding(ratio, counts: dict, cluster_wins: int, cells: int) -> str:
             f"{cells} cells")
 
 
-def verdict_text(verdict_: str, ratio, counts: dict) -> str:
-    """The verdict's sentence: the advantage holds everywhere, or why it is not general (with the framework's
-    and the measurements' wins on this machine)."""
+def verdict_text(verdict_: str, counts: dict, configurations: int, cluster_wins: int, cells: int) -> str:
+    """The verdict's sentence, with the measured and the predicted wins it rests on."""
+    numbers = (f"the measurements have the pipeline win {counts['pp_wins']} of {configurations} configurations (data "
+               f"parallelism {counts['dp_wins']}, {counts['ties']} ties), and the framework has it win "
+               f"{cluster_wins} of {cells} cells of a 25 Gbit/s cluster")
     if verdict_ == "reproduced":
-        return "the pipeline's advantage holds everywhere measured and predicted"
-    return ("the pipeline's advantage is not general. In the framework it needs communication that is expensive "
-            "relative to compute (large gradients, slow links) and enough microbatches to shrink the bubble; on this "
-            "machine, where the gradient all-reduce is cheap, the framework has data parallelism win "
-            f"{int((ratio['predicted winner'] == 'DP').sum())} of {len(ratio)} configurations, and the measurements "
-            f"have the pipeline win {counts['pp_wins']}, data parallelism {counts['dp_wins']}, with {counts['ties']} "
-            "ties")
+        return f"the pipeline's advantage holds in most cases: {numbers}"
+    if verdict_ == "depends":
+        return (f"the pipeline's advantage depends on the setting: {numbers}. In the framework the pipeline needs "
+                "communication that is expensive relative to compute (large gradients, slow links) and enough "
+                "microbatches to shrink the bubble")
+    return f"the pipeline's advantage does not show: {numbers}"

@@ -81,6 +81,27 @@ def interval(values, level: float = LEVEL) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def ratio_interval(numerator, denominator, level: float = LEVEL) -> tuple[float, float, float]:
+    """(ratio, low, high): the ratio of the geometric means of two independent sets of repeats (e.g. one schedule's
+    run medians over another's) and its Welch t-interval, taken on the logarithms: the difference of the mean logs
+    with standard error √(s₁²/n₁ + s₂²/n₂), on the Welch–Satterthwaite degrees of freedom (rounded down, at least 1),
+    exponentiated. Low and high are NaN unless both sets have two values or more."""
+    a = [math.log(float(v)) for v in numerator if v == v and v > 0]
+    b = [math.log(float(v)) for v in denominator if v == v and v > 0]
+    if not a or not b:
+        return math.nan, math.nan, math.nan
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    if len(a) < 2 or len(b) < 2:
+        return math.exp(diff), math.nan, math.nan
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return math.exp(diff), math.exp(diff), math.exp(diff)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t_quantile(max(1, int(df)), level) * se
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+
+
 def _keys(frame) -> list[str]:
     return [k for k in ("experiment", "machine", "source", "config_hash") if k in frame]
 

@@ -8,21 +8,22 @@ the cost model: memory per rank, iteration time, tensor-parallel bytes per layer
   :func:`communication_sentence`: time and communication;
 - :func:`layout_colours`, :func:`draw_times`, :func:`draw_layer_bytes`: the time and communication figure;
 - :func:`error_rows`, :func:`profiled_errors`: the signed errors;
-- :func:`checks`, :func:`held`, :func:`missed`, :func:`verdict`, :func:`finding`: the verdict and its sentences.
+- :func:`statistics`, :func:`finding`: what the verdict's rule decides on, and the finding.
 """
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 
 from ..results import signed_error
 from . import rows
+from .verdicts import share
 from .measured_vs_predicted import error_range, errors_of, memory_rows, model_state_rows, time_rows
 
 SENT = "communication.sent_bytes.tensor_parallel"
 LAYERS = "config.model.layers"
 ONE_RANK, TP2, TP2_SP = "1 rank", "tp 2", "tp 2 + SP"  # the layouts compared
-BYTES_TOLERANCE = 0.10  # model states and bytes sent: the framework holds within ±10 %
-ACTIVATION_TOLERANCE = 0.25  # activations: within ±25 %
 
 
 def layouts(tp):
@@ -171,39 +172,18 @@ def profiled_errors(table) -> str:
             f"error ranges from {error_range(errors)}.")
 
 
-def checks(memory, table, speed, predicted, peak: bool, comm: bool) -> dict:
-    """What the framework must get right, each True or False: model states and (where measured) bytes per layer
-    within :data:`BYTES_TOLERANCE`, activations (where measured) within :data:`ACTIVATION_TOLERANCE`, and at every
-    microbatch size whether tp 2 is faster than one rank."""
-    outcome = {"model states": model_state_rows(memory).error.abs().max() <= BYTES_TOLERANCE}
-    if comm:
-        sent = table[table.quantity == "TP bytes sent per layer"]
-        outcome["communication per layer"] = sent.error.abs().max() <= BYTES_TOLERANCE
-    if peak:
-        activations = memory[memory.category == "activations"]
-        outcome["activations"] = activations.error.abs().max() <= ACTIVATION_TOLERANCE
-    faster_measured = speed[ONE_RANK] > speed[TP2]
-    faster_predicted = predicted[ONE_RANK] > predicted[TP2]
-    outcome["whether tp 2 is faster than one rank"] = bool((faster_measured == faster_predicted).all())
-    return outcome
-
-
-def held(outcome: dict) -> str:
-    """The checks the framework passed, listed ('none' if it passed none)."""
-    return ", ".join(k for k, ok in outcome.items() if ok) or "none"
-
-
-def missed(outcome: dict) -> str:
-    """The checks the framework failed, listed ('none' if it failed none)."""
-    return ", ".join(k for k, ok in outcome.items() if not ok) or "none"
-
-
-def verdict(outcome: dict) -> str:
-    """'reproduced' when every check held, 'not reproduced' when none did, else 'depends'."""
-    if all(outcome.values()):
-        return "reproduced"
-    return "not reproduced" if not any(outcome.values()) else "depends"
-
+def statistics(memory, table, speed, predicted, peak: bool, comm: bool) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the largest |error| of the model states, of the
+    bytes sent per layer (``comm``: measured) and of the activations (``peak``: measured), NaN where not measured,
+    and the share of microbatch sizes at which the framework, like the measurement, has tp 2 faster (or slower)
+    than one rank."""
+    sent = table[table.quantity == "TP bytes sent per layer"]
+    activations = memory[memory.category == "activations"]
+    agree = (speed[ONE_RANK] > speed[TP2]) == (predicted[ONE_RANK] > predicted[TP2])
+    return {"states_error": float(model_state_rows(memory).error.abs().max()),
+            "comm_error": float(sent.error.abs().max()) if comm and len(sent) else math.nan,
+            "activations_error": float(activations.error.abs().max()) if peak and len(activations) else math.nan,
+            "faster_agree": share(int(agree.sum()), len(agree))}
 
 def finding(share: float, speed, predicted) -> str:
     """The verdict's finding: tp 2's share of the model states, and its speed-up over one rank at the largest

@@ -23,7 +23,7 @@ from ..cost import kernels as kn
 from ..measure.calibrate import PIPE_MICROBATCHES
 from ..measure.kernels import STEP_FIT_MODEL
 from ..results import signed_error
-from . import rows
+from . import rows, verdicts
 from .noise import strategy
 
 # label, the hardware variant: each step adds one term to the one before
@@ -40,7 +40,10 @@ LADDER = (
 )
 # declared before the data: median and largest |signed error| of the iteration time per mode, and of the exposed
 # communication of the one parallelism a run uses, where it exceeds EXPOSED_SHARE of the iteration
-GOALS = {"analytical": (0.10, 0.25), "profiled": (0.05, 0.15), "exposed communication": (0.10, 0.10)}
+_GOAL = {c.key: c.threshold for c in verdicts.rule("time_breakdown").criteria}
+GOALS = {"analytical": (_GOAL["analytical_median"], _GOAL["analytical_largest"]),
+         "profiled": (_GOAL["profiled_median"], _GOAL["profiled_largest"]),
+         "exposed communication": (_GOAL["exposed_largest"], _GOAL["exposed_largest"])}
 EXPOSED_SHARE = 0.05
 KIND_OF = {"dp": "data_parallel", "tp": "tensor_parallel", "pp": "pipeline_parallel"}
 
@@ -204,13 +207,18 @@ def goal_sentence(table: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def verdict(table: pd.DataFrame) -> str:
-    """"reproduced" when every goal of :func:`goal_table` is met, "depends" when some are, "not reproduced" when
-    none is, "not measured" when nothing was."""
-    met = [bool(m) for m in table.met if m is not None and not pd.isna(m)]
-    if not met:
-        return "not measured"
-    return "reproduced" if all(met) else ("depends" if any(met) else "not reproduced")
+def statistics(table: pd.DataFrame) -> dict:
+    """The statistics of the chapter's rule (:data:`distperf.analysis.verdicts.RULES`) from :func:`goal_table`:
+    median and largest |error| per mode, the largest exposed-communication error (NaN where not measured)."""
+    def value(mode, column):
+        row = table[table["mode"] == mode] if len(table) else table
+        return float(row[column].iloc[0]) if len(row) and row.configurations.iloc[0] else float("nan")
+
+    return {"profiled_median": value("profiled", "median |error|"),
+            "profiled_largest": value("profiled", "largest |error|"),
+            "analytical_median": value("analytical", "median |error|"),
+            "analytical_largest": value("analytical", "largest |error|"),
+            "exposed_largest": value("exposed communication", "largest |error|")}
 
 
 def by_strategy(abl: pd.DataFrame, errs: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,9 @@ second weight version between steps, its convergence against vanilla 1F1B (exper
 """
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -21,6 +24,8 @@ from ..cost import schedules
 from ..results import signed_error
 from . import rows
 from .pipeline_schedules import microbatch_reference, rank_flops
+from .repeats import ratio_interval
+from .verdicts import share
 
 NAMES = {"gpipe": "GPipe", "1f1b": "PipeDream-Flush (1F1B)", "2bw": "PipeDream-2BW"}
 TAIL_FRACTION = 5  # the final loss is the mean over the last fifth of the steps
@@ -108,6 +113,143 @@ def weight_ratio(pipes):
 def weight_ratio_sentence(ratio) -> str:
     """:func:`weight_ratio` per stage, or "not measured"."""
     return ", ".join(f"{v:.3f} on stage {r}" for r, v in ratio.items()) or "not measured"
+
+
+def version_sentence(ratio) -> str:
+    """Whether the measured ratio of :func:`weight_ratio` is the schedule's second weight version (2×) and nothing
+    more, within 1 %, or how far it is from it."""
+    if not len(ratio):
+        return "the weight versions were not measured"
+    off = max(abs(v / 2 - 1) for v in ratio.values)
+    if off <= 0.01:
+        return "the second weight version the schedule needs and nothing more (2× within 1 %)"
+    return f"up to {off:.0%} away from the second weight version alone (2×)"
+
+
+# --- 2BW against Flush on the same engine (experiment "twobw_engines") -----------------------------------------
+
+ENGINE_NAMES = {"2bw": "PipeDream-2BW", "2bw-flush": "PipeDream-Flush (same engine)", "1f1b": "torch 1F1B (Flush)",
+                "gpipe": "torch GPipe", "gpipe+recompute": "torch GPipe, full recomputation"}
+SIMULATED_DEPTHS = (2, 4, 8, 16)
+SIMULATED_M = (2, 4, 8, 16, 32)
+
+
+def engine_runs(table):
+    """The ``ok`` runs of the engines experiment on this build, with ``schedule`` (GPipe with full recomputation
+    as ``gpipe+recompute``), ``m``, ``time_s`` (the run's median step) and ``peak`` (the most loaded rank's
+    measured total, bytes)."""
+    runs = rows.ok(table)
+    runs = runs[runs.source == "fresh"] if "source" in runs else runs
+    out = runs.assign(m=runs["arg.microbatches"].astype(int), time_s=runs["iteration_time_s.median"].astype(float),
+                      schedule=np.where((runs["arg.schedule"] == "gpipe") & (runs["config.layout.recompute"] == "full"),
+                                        "gpipe+recompute", runs["arg.schedule"]))
+    out["peak"] = out["memory_bytes.total"].astype(float) if "memory_bytes.total" in out else np.nan
+    return out
+
+
+def engine_speedups(runs):
+    """At each m, 2BW's speed-up over each other schedule (their time over 2BW's: :func:`~.repeats.ratio_interval`
+    of the repeats' median steps) with its 95 % interval and the repeats behind it."""
+    out = []
+    two = runs[runs.schedule == "2bw"]
+    for other in ("2bw-flush", "1f1b", "gpipe", "gpipe+recompute"):
+        for m, part in runs[runs.schedule == other].groupby("m"):
+            mine = two[two.m == m]
+            if len(mine):
+                ratio, low, high = ratio_interval(part.time_s, mine.time_s)
+                out.append({"m": m, "against": ENGINE_NAMES[other], "speed-up": ratio, "low": low, "high": high,
+                            "repeats": min(len(part), len(mine))})
+    return pd.DataFrame(out, columns=["m", "against", "speed-up", "low", "high", "repeats"])
+
+
+def same_engine(speed):
+    """The rows of :func:`engine_speedups` against Flush on the 2BW engine."""
+    return speed[speed.against == ENGINE_NAMES["2bw-flush"]]
+
+
+def stage_times(runs, depth: int) -> tuple[list[float], list[float], float]:
+    """Per-stage forward and backward times of one microbatch, and the slowest stage's optimizer step, for a
+    pipeline of ``depth`` stages of the measured stage: each stage holds the layers one stage of the measured
+    two-stage runs holds, the first adds the embeddings and the last the head (the parts each run timed with its
+    ranks at once, ``part_times.*``, median over the 2BW and Flush runs)."""
+    parts = runs[runs.schedule.isin(["2bw", "2bw-flush"])]
+    col = {k: float(parts[f"part_times.{k}"].median()) for k in
+           ("layer.forward_s", "layer.backward_s", "embedding.forward_s", "embedding.backward_s", "head.forward_s",
+            "head.backward_s", "optimizer.layer_s", "optimizer.first_s", "optimizer.last_s")}
+    per_stage = int(parts["config.model.layers"].iloc[0]) // int(parts["arg.pp"].iloc[0])
+    forward, backward = [], []
+    for r in range(depth):
+        ends = ("embedding",) * (r == 0) + ("head",) * (r == depth - 1)
+        forward.append(per_stage * col["layer.forward_s"] + sum(col[f"{e}.forward_s"] for e in ends))
+        backward.append(per_stage * col["layer.backward_s"] + sum(col[f"{e}.backward_s"] for e in ends))
+    update = per_stage * col["optimizer.layer_s"] + max(col["optimizer.first_s"], col["optimizer.last_s"])
+    return forward, backward, update
+
+
+def simulated_speedups(runs, depths=SIMULATED_DEPTHS, ms=SIMULATED_M, batches: int = 4):
+    """2BW's speed-up over Flush from the schedule simulator (:func:`distperf.parallel.twobw_schedule.batch_time`:
+    both engines' action lists, free communication) fed with :func:`stage_times`, at each depth and each m ≥ d."""
+    from ..parallel import twobw_schedule as sch
+
+    out = []
+    for d in depths:
+        forward, backward, update = stage_times(runs, d)
+        for m in ms:
+            if m >= d:
+                two = sch.batch_time(sch.schedule(d, m, batches), forward, backward, update)
+                flush = sch.batch_time(sch.flush_schedule(d, m, batches), forward, backward, update)
+                out.append({"depth": d, "m": m, "simulated": flush / two})
+    return pd.DataFrame(out, columns=["depth", "m", "simulated"])
+
+
+def simulation_check(speed, simulated):
+    """The measured depth-2 speed-ups over Flush (same engine) beside the simulated ones, with the signed error."""
+    measured = same_engine(speed)[["m", "speed-up", "low", "high"]]
+    sim = simulated[simulated.depth == 2][["m", "simulated"]]
+    both = measured.merge(sim, on="m")
+    both["signed error"] = signed_error(both.simulated, both["speed-up"])
+    return both
+
+
+def engine_memory(runs):
+    """Per schedule and m: the most loaded rank's measured peak (median over repeats) beside the cost model's
+    most loaded stage (the run's own prediction), and the signed error."""
+    runs = runs.dropna(subset=["peak"])
+    predicted = runs["prediction.memory_bytes_per_stage"].map(lambda x: max(json.loads(x)) if isinstance(x, str)
+                                                              else np.nan)
+    table = runs.assign(predicted=predicted).groupby(["schedule", "m"], as_index=False)[["peak", "predicted"]].median()
+    table["signed error"] = signed_error(table.predicted, table.peak)
+    table["schedule"] = table.schedule.map(ENGINE_NAMES)
+    return table.rename(columns={"peak": "measured (bytes)", "predicted": "predicted (bytes)"})
+
+
+def capped(runs):
+    """The memory-capped regime: at each m, the memory cap is 2BW's measured peak (its most loaded rank); GPipe
+    must fit under it, without recomputation if it can, else with full recomputation, else not at all. Returns
+    per m the cap, GPipe's peaks, which GPipe runs, and 2BW's speed-up over it (:func:`~.repeats.ratio_interval`)."""
+    out = []
+    for m, part in runs.groupby("m"):
+        peaks = part.groupby("schedule").peak.median()
+        if "2bw" not in peaks:
+            continue
+        cap = peaks["2bw"]
+        choice = next((s for s in ("gpipe", "gpipe+recompute") if s in peaks and peaks[s] <= cap), None)
+        ratio = low = high = np.nan
+        if choice is not None:
+            ratio, low, high = ratio_interval(part[part.schedule == choice].time_s,
+                                              part[part.schedule == "2bw"].time_s)
+        out.append({"m": m, "cap (MiB)": cap / 2**20, "GPipe (MiB)": peaks.get("gpipe", np.nan) / 2**20,
+                    "GPipe + recomputation (MiB)": peaks.get("gpipe+recompute", np.nan) / 2**20,
+                    "GPipe under the cap": ENGINE_NAMES[choice] if choice else "does not fit",
+                    "speed-up": ratio, "low": low, "high": high})
+    return pd.DataFrame(out)
+
+
+def interval_text(row) -> str:
+    """'1.12× [1.05, 1.19]' from a row with ``speed-up``, ``low`` and ``high``."""
+    if row["low"] != row["low"]:
+        return f"{row['speed-up']:.2f}× (one repeat, no interval)"
+    return f"{row['speed-up']:.2f}× [{row['low']:.2f}, {row['high']:.2f}]"
 
 
 def latest_grid(conv):
@@ -233,23 +375,19 @@ def faster_sentence(faster: bool) -> str:
     return "faster than" if faster else "not always faster than"
 
 
-def tracks_vanilla(summary) -> tuple[bool, bool]:
-    """Whether 2BW tracks vanilla training (:func:`convergence_summary`) for every head (and at least one), and
-    for some head."""
-    return bool(len(summary)) and bool(summary.tracks.all()), bool(summary.tracks.any())
-
-
 def speed_sentence(flush_speed) -> str:
     """Measured and predicted speed-up over Flush at each m, or "not measured"."""
     return ", ".join(f"{r.measured:.2f}× (predicted {r.predicted:.2f}×) at m = {r.m}"
                      for r in flush_speed.itertuples()) or "not measured"
 
 
-def verdict(faster: bool, tracks_all: bool, tracks_any: bool) -> str:
-    """"reproduced" when 2BW is faster than Flush at every m and tracks vanilla for every head; "depends" with
-    one of the two (or tracking for some head); else "not reproduced"."""
-    return ("reproduced" if faster and tracks_all else
-            "depends" if faster or tracks_any else "not reproduced")
+def statistics(engine_speed, summary) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the lower 95 % bound of 2BW's speed-up over Flush
+    on the same engine (:func:`engine_speedups`) at the m where it is smallest (NaN without repeats), and the share
+    of heads whose final loss tracks vanilla (:func:`convergence_summary`); NaN where not measured."""
+    same = same_engine(engine_speed).dropna(subset=["low"])
+    return {"speedup": float(same["low"].min()) if len(same) else math.nan,
+            "tracks": share(int(summary.tracks.sum()), len(summary)) if len(summary) else math.nan}
 
 
 def finding(flush_speed, summary) -> str:
@@ -278,6 +416,64 @@ def draw_memory_model(depth: int = 8, weights: float = 1.0, activations_total: f
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def paper_flush_speedup() -> float:
+    """The paper's largest speed-up of 2BW over PipeDream-Flush (§5.2), from the published table."""
+    return float(published.value("2BW against PipeDream-Flush", "speed-up, at most"))
+
+
+def draw_engines(speed, simulated, paper: float):
+    """2BW's speed-up over Flush on the same engine against m: measured at depth 2 (points, 95 % intervals) and
+    simulated at each depth (lines), with the paper's largest speed-up (dotted)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from ..plots import PALETTE
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    depths = sorted(simulated.depth.unique())
+    colours = dict(zip(depths, sns.color_palette(PALETTE, len(depths))))
+    for d in depths:
+        part = simulated[simulated.depth == d]
+        ax.plot(part.m, part.simulated, color=colours[d], marker=".", lw=1.2, label=f"simulated, depth {d}")
+    same = same_engine(speed)
+    if len(same):
+        err = np.vstack([same["speed-up"] - same["low"].fillna(same["speed-up"]),
+                         same["high"].fillna(same["speed-up"]) - same["speed-up"]])
+        ax.errorbar(same.m, same["speed-up"], yerr=err, fmt="o", color=colours.get(2, "black"), capsize=3,
+                    label="measured, depth 2 (95 % interval)")
+    ax.axhline(paper, color="grey", ls=":", lw=1.0, label=f"paper's largest ({paper:g}×)")
+    ax.axhline(1.0, color="black", lw=0.6)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("microbatches per batch m")
+    ax.set_ylabel("2BW speed-up over Flush")
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig
+
+
+def simulation_sentence(check) -> str:
+    """How far the simulator's depth-2 speed-ups lie from the measured ones."""
+    if not len(check):
+        return "no depth-2 run to check the simulator against"
+    return (f"at depth 2 the simulated speed-ups miss the measured ones by {check['signed error'].min():+.0%} to "
+            f"{check['signed error'].max():+.0%} over {len(check)} values of m")
+
+
+def capped_sentence(table) -> str:
+    """What the memory-capped regime shows: at which m GPipe must recompute or does not fit under 2BW's memory, and
+    2BW's speed-up there."""
+    if not len(table):
+        return "the memory-capped regime was not measured"
+    parts = []
+    for _, r in table.iterrows():
+        where = r["GPipe under the cap"]
+        if where == "does not fit":
+            parts.append(f"at m = {r.m} GPipe does not fit even with recomputation")
+        else:
+            parts.append(f"at m = {r.m} GPipe runs as {where}, and 2BW is {interval_text(r)} faster")
+    return "; ".join(parts)
 
 
 def draw_convergence(curves, window: int):

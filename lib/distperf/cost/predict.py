@@ -162,6 +162,9 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             rest["parameters"] += extra
             if sched == "2bw" and convention == "trainer":
                 rest["gradients"] = 0  # our 2BW drops each gradient once applied
+    if sched == "2bw-flush" and convention == "trainer":  # so does the same engine with a flush
+        for rest in at_rest:
+            rest["gradients"] = 0
     totals = [stage["total"] for stage in by_stage]
     peak = max(range(p), key=totals.__getitem__)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-FLUSHING = ("none", "gpipe", "1f1b", "interleaved")
+FLUSHING = ("none", "gpipe", "1f1b", "interleaved", "2bw-flush")
+ONE_F_ONE_B = ("1f1b", "2bw", "2bw-flush")  # the 1F1B order: torch's, and the 2BW engine's with or without flush
 
 
 def bubble_fraction(p: int, m: int, v: int = 1) -> float:
@@ -44,7 +45,7 @@ def in_flight(schedule: str, p: int, m: int, v: int, rank: int) -> tuple[int, ..
         return (1,)
     if schedule == "gpipe":
         return (m,)
-    if schedule in ("1f1b", "2bw"):
+    if schedule in ONE_F_ONE_B:
         return (min(p - rank, m),)
     if schedule == "pipedream":
         return (p - rank,)
@@ -62,7 +63,7 @@ def in_flight(schedule: str, p: int, m: int, v: int, rank: int) -> tuple[int, ..
 @lru_cache(maxsize=4096)
 def in_flight_per_rank(schedule: str, p: int, m: int, v: int) -> tuple[tuple[int, ...], ...]:
     """:func:`in_flight` for ranks 0 … p − 1 (cached: a sweep asks for the same few)."""
-    if schedule in ("1f1b", "2bw"):
+    if schedule in ONE_F_ONE_B:
         return tuple((min(p - r, m),) for r in range(p))
     if schedule == "pipedream":
         return tuple((p - r,) for r in range(p))

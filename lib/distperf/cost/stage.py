@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..config import Layout, ModelSpec, Training
+from ..config import TWOBW_ENGINE, Layout, ModelSpec, Training
 from ..hardware import Hardware
 from . import flops as fl
 from . import kernels as kn
@@ -234,7 +234,7 @@ def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
     forward and a backward on the stage)."""
     wrapped = 0.0
     if lay.pp > 1:
-        wrapped += 2 * (costs.twobw_action_s if lay.schedule == "2bw" else costs.pp_action_s)
+        wrapped += 2 * (costs.twobw_action_s if lay.schedule in TWOBW_ENGINE else costs.pp_action_s)
     if lay.tp > 1:
         wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
     if lay.zero >= 2 and lay.dp > 1:
@@ -366,7 +366,7 @@ _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
 _STATES: dict = {}  # the model states, which depend on fewer things (not micro-batch, recomputation, hardware)
 _TERMS: dict = {}  # the tensor- and pipeline-parallel terms, on what each depends on (tuples of different lengths)
 _CACHE_SIZE = 1 << 14
-_ENGINES = {"pipedream": 1, "2bw": 2}  # what a stage costs depends on the schedule only through these
+_ENGINES = {"pipedream": 1, "2bw": 2, "2bw-flush": 2}  # what a stage costs depends on the schedule only through these
 
 
 def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans, bucket_bytes: float,

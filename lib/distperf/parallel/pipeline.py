@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.nn.parallel import DistributedDataParallel
 
-from ..config import Config, RunOptions, stage_layers
+from ..config import TWOBW_ENGINE, Config, RunOptions, stage_layers
 from ..model import build_stage, lm_loss
 from .common import Trainer, full_tensor, local_tensor, make_optimizer, split_rows, storage_bytes, unwrap
 from .data_parallel import data_parallel_optimizer, optimizer_state
@@ -61,21 +61,23 @@ class PipelineTrainer(Trainer):
         pp_rank, self.dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
         self.stage_ids = list(range(pp_rank, lay.stages, lay.pp))
         self.is_first, self.is_last = 0 in self.stage_ids, lay.stages - 1 in self.stage_ids
-        # PipeDream-2BW averages gradients over its replicas itself, at its delayed update: no DDP wrapper
+        # the 2BW engine averages gradients over its replicas itself, at its (delayed) update: no DDP wrapper
         self.parts = [parallelize(build_stage(spec, self.partition, s, opts.seed, device), cfg, mesh, device,
-                                  opts.bucket_mb, data_parallel=lay.schedule != "2bw") for s in self.stage_ids]
+                                  opts.bucket_mb, data_parallel=lay.schedule not in TWOBW_ENGINE)
+                      for s in self.stage_ids]
         self.end_group = end_group(mesh) if spec.tied else None
         pp_group = mesh.get_group("pp")
         self.twobw = None
         self.flushes = lay.schedule != "2bw"
-        if lay.schedule == "2bw":
+        if lay.schedule in TWOBW_ENGINE:
             from .twobw import TwoBWPipeline
 
             self.twobw = TwoBWPipeline(
                 self.parts[0], pp_rank, lay.pp, pp_group, lay.microbatches, lm_loss,
                 lambda params: make_optimizer(params, cfg.training, opts.lr),
                 dp_group=mesh.get_group("dp") if lay.dp > 1 else None,
-                before_update=self._sum_tied_gradients, timeout=timedelta(seconds=opts.timeout_s))
+                before_update=self._sum_tied_gradients, timeout=timedelta(seconds=opts.timeout_s),
+                flush=lay.schedule == "2bw-flush")
             self.remember_parameters()
             return
         stages = [_Stage(p, s, lay.stages, device, group=pp_group) for p, s in zip(self.parts, self.stage_ids)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..config import Config, ConfigError, RunOptions
+from ..config import TWOBW_ENGINE, Config, ConfigError, RunOptions
 
 
 def check_pipeline(cfg: Config) -> None:
@@ -22,8 +22,9 @@ def check_pipeline(cfg: Config) -> None:
     if lay.schedule == "interleaved" and m % max(1, m // pp):
         raise ConfigError("microbatches", f"interleaved needs m divisible by max(1, m // pp) = {max(1, m // pp)} "
                                           f"(m={m}, pp={pp}; torch ScheduleInterleaved1F1B)")
-    if lay.schedule == "2bw" and lay.zero:
-        raise ConfigError("zero", "2bw keeps its own two weight versions per stage; it needs zero 0")
+    if lay.schedule in TWOBW_ENGINE and lay.zero:
+        raise ConfigError("zero", f"{lay.schedule} runs on the 2BW engine, which keeps its own weight versions per "
+                                  "stage; it needs zero 0")
 
 
 def check_run(cfg: Config, opts: RunOptions) -> None:

@@ -23,6 +23,12 @@ group's timeout (or ``timeout``), so a dead or hanging peer raises instead of bl
 
 Between step() calls, activations of the next batch are already in flight (that is the point of
 2BW). Do not run collectives on the pipeline group between calls; use another group.
+
+``flush=True`` makes the same engine PipeDream-Flush (paper §3.2): every step() ends by draining the pipeline
+and applying the update, so a stage keeps one weight version and batch t runs on version t, the ordinary
+update W(t+1) = W(t) − ν·∇f(W(t)). Everything else — the 1F1B order, the point-to-point code, the optimizer
+and the gradient hooks — is the code 2BW runs, so that comparing the two measures the flush and the second
+version, not two engines.
 """
 from __future__ import annotations
 
@@ -60,6 +66,7 @@ class TwoBWPipeline:
         optimizer step, with the parameters being updated (their ``.grad`` holds the stale gradient);
         e.g. to all-reduce a tied embedding's gradient between first and last stage.
     timeout: bound for each wait; None uses the process group's timeout.
+    flush: run PipeDream-Flush instead (module docstring): one weight version, a flush at the end of every step.
     """
 
     def __init__(self, stage: nn.Module, stage_index: int, num_stages: int, group: dist.ProcessGroup | None,
@@ -67,7 +74,7 @@ class TwoBWPipeline:
                  make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer], *,
                  dp_group: dist.ProcessGroup | None = None,
                  before_update: Callable[[dict[str, torch.Tensor]], None] | None = None,
-                 timeout: timedelta | None = None):
+                 timeout: timedelta | None = None, flush: bool = False):
         sched.check(num_stages, microbatches)
         size = dist.get_world_size(group)
         if size != num_stages:
@@ -79,13 +86,16 @@ class TwoBWPipeline:
                                              f"this process is rank {dist.get_rank(group)}")
         self.stage, self.stage_index, self.num_stages = stage, stage_index, num_stages
         self.group, self.dp_group, self.microbatches = group, dp_group, microbatches
-        self.loss_fn, self.before_update, self.timeout = loss_fn, before_update, timeout
+        self.loss_fn, self.before_update, self.timeout, self.flushes = loss_fn, before_update, timeout, flush
         self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
 
         own = dict(stage.named_parameters())
-        copy = {n: nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad) for n, p in own.items()}
-        self._buffers = (own, copy)
-        self._buffer_version = [0, 0]
+        if flush:
+            self._buffers: tuple[dict[str, torch.Tensor], ...] = (own,)
+        else:
+            copy = {n: nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad) for n, p in own.items()}
+            self._buffers = (own, copy)
+        self._buffer_version = [0] * len(self._buffers)
         self.optimizer = make_optimizer(list(own.values()))
         self._optimizer_buffer = 0
 
@@ -121,6 +131,8 @@ class TwoBWPipeline:
         self._losses = []
         self._run(sched.step_actions(self.stage_index, self.num_stages, m, t, self._pipeline_empty))
         self._pipeline_empty, self._next_batch = False, t + 1
+        if self.flushes:
+            self.flush()
         return torch.stack(self._losses).mean().item() if self.is_last else None
 
     def flush(self) -> None:
@@ -144,8 +156,8 @@ class TwoBWPipeline:
         """
         return self._buffers[self._newest_buffer()]
 
-    def weight_buffers(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """Both weight buffers (the two versions, in no fixed order), e.g. for memory accounting."""
+    def weight_buffers(self) -> tuple[dict[str, torch.Tensor], ...]:
+        """The weight buffers (2BW's two versions, in no fixed order; Flush's one), e.g. for memory accounting."""
         return self._buffers
 
     @property
@@ -169,8 +181,12 @@ class TwoBWPipeline:
             self.max_versions_alive = max(self.max_versions_alive, len(self.versions_alive()))
             self._prune_sends()
 
+    def _buffer_of(self, batch: int) -> int:
+        """The buffer batch t runs on: t mod 2 under 2BW, the only one under Flush."""
+        return batch % len(self._buffers)
+
     def _forward(self, k: int) -> None:
-        buffer = (k // self.microbatches) % 2
+        buffer = self._buffer_of(k // self.microbatches)
         version = self._buffer_version[buffer]
         if self.is_first:
             x = self._inputs.pop(k)
@@ -209,16 +225,18 @@ class TwoBWPipeline:
         self.log.append(Action("B", k, version))
 
     def _update(self, t: int) -> None:
-        """Update t: buffer t mod 2 (version max(t − 1, 0), holding batch t's gradient) becomes version t + 1."""
-        target, other = t % 2, 1 - t % 2
+        """Update t: buffer t mod 2 (version max(t − 1, 0), holding batch t's gradient) becomes version t + 1 (under
+        Flush the one buffer, version t, steps in place)."""
+        target = self._buffer_of(t)
         params = self._buffers[target]
         if self.dp_group is not None:
             self._average_over_replicas([p.grad for p in params.values() if p.grad is not None])
         if self.before_update is not None:
             self.before_update(params)
-        with torch.no_grad():
-            for p, newer in zip(params.values(), self._buffers[other].values()):
-                p.copy_(newer)
+        if not self.flushes:  # 2BW: version t, still used by batch t + 1's microbatches, is the one stepped
+            with torch.no_grad():
+                for p, newer in zip(params.values(), self._buffers[1 - target].values()):
+                    p.copy_(newer)
         self._point_optimizer_at(target)
         self.optimizer.step()
         for p in params.values():
@@ -254,7 +272,7 @@ class TwoBWPipeline:
         self._optimizer_buffer = buffer
 
     def _newest_buffer(self) -> int:
-        return 0 if self._buffer_version[0] >= self._buffer_version[1] else 1
+        return max(range(len(self._buffers)), key=self._buffer_version.__getitem__)
 
     # ------------------------------------------------------------------ inputs and communication
     def _split(self, name: str, batch: torch.Tensor | None, t: int) -> dict[int, torch.Tensor]:

@@ -105,16 +105,48 @@ def schedule(num_stages: int, microbatches: int, batches: int) -> list[list[Acti
     return per_stage
 
 
-def timeline(per_stage: list[list[Action]], forward: float = 1.0, backward: float = 2.0,
+def flush_schedule(num_stages: int, microbatches: int, batches: int) -> list[list[Action]]:
+    """PipeDream-Flush on the same engine (``TwoBWPipeline(flush=True)``): every step() call is batch t's 1F1B
+    order from an empty pipeline followed by its drain and update; batch t runs on version t (one version)."""
+    per_stage = []
+    for r in range(num_stages):
+        actions = []
+        for t in range(batches):
+            for a in (step_actions(r, num_stages, microbatches, t, True)
+                      + flush_actions(r, num_stages, microbatches, t + 1)):
+                actions.append(a._replace(version=t + (a.kind == "U")))
+        per_stage.append(actions)
+    return per_stage
+
+
+def batch_time(per_stage: list[list[Action]], forward=1.0, backward=2.0, update: float = 0.0) -> float:
+    """Steady-state time per batch of a schedule's lists (:func:`timeline`): from the end of the first batch's
+    last update (on any stage) to the end of the last but one batch's, over the batches between (at least three
+    batches: the last one's drain, which only a final flush pays, is left out)."""
+    ends: dict[int, float] = {}
+    for stage in timeline(per_stage, forward, backward, update):
+        for a, _, end in stage:
+            if a.kind == "U":
+                ends[a.index] = max(ends.get(a.index, 0.0), end)
+    last = max(ends) - 1
+    if last < 1:
+        raise ValueError("batch_time needs at least three batches")
+    return (ends[last] - ends[0]) / last
+
+
+def timeline(per_stage: list[list[Action]], forward=1.0, backward=2.0,
              update: float = 0.0) -> list[list[tuple[Action, float, float]]]:
     """Start and end time of every action, each stage running its list in order as soon as its inputs
     exist (F k after F k on the stage before; B k after B k on the stage after); communication is free.
+    ``forward`` and ``backward``: one microbatch's time, the same on every stage or one per stage.
 
     Raises RuntimeError if the lists deadlock (no stage can proceed). Used for schedule diagrams and
     to check that a schedule is executable.
     """
     d = len(per_stage)
-    cost = {"F": forward, "B": backward, "U": update}
+    per = [forward if isinstance(forward, (list, tuple)) else [forward] * d,
+           backward if isinstance(backward, (list, tuple)) else [backward] * d]
+    cost = [{"F": per[0][r], "B": per[1][r], "U": update} for r in range(d)]
     done: dict[tuple[int, str, int], float] = {}
     out: list[list[tuple[Action, float, float]]] = [[] for _ in range(d)]
     pos, free = [0] * d, [0.0] * d
@@ -132,7 +164,7 @@ def timeline(per_stage: list[list[Action]], forward: float = 1.0, backward: floa
                 if dep is not None and dep not in done:
                     break
                 start = max(free[r], done.get(dep, 0.0))
-                end = start + cost[a.kind]
+                end = start + cost[r][a.kind]
                 done[(r, a.kind, a.index)] = end
                 out[r].append((a, start, end))
                 free[r], pos[r], remaining, progressed = end, pos[r] + 1, remaining - 1, True
