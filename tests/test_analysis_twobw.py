@@ -222,7 +222,8 @@ def engine_table(times: dict, parts=None, peaks=None) -> pd.DataFrame:
     out = []
     for (schedule, m), values in times.items():
         for r, t in enumerate(values):
-            out.append({"status": "ok", "source": "fresh", "repeat": r, "arg.schedule": schedule.split("+")[0],
+            out.append({"status": "ok", "source": "fresh", "repeat": r, "config_hash": f"{schedule}-{m}",
+                        "arg.schedule": schedule.split("+")[0],
                         "config.layout.recompute": "full" if "+" in schedule else "none", "arg.microbatches": m,
                         "arg.pp": 2, "config.model.layers": 4, "iteration_time_s.median": t,
                         "memory_bytes.total": (peaks or {}).get(schedule, 100.0) * m,

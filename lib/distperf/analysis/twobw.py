@@ -135,10 +135,10 @@ SIMULATED_M = (2, 4, 8, 16, 32)
 
 
 def engine_runs(table):
-    """The ``ok`` runs of the engines experiment on this build, with ``schedule`` (GPipe with full recomputation
+    """The ``ok`` runs of the engines experiment on this build, every repeat its own row, with ``schedule`` (GPipe with full recomputation
     as ``gpipe+recompute``), ``m``, ``time_s`` (the run's median step) and ``peak`` (the most loaded rank's
     measured total, bytes)."""
-    runs = rows.ok(table)
+    runs = table[table["status"] == "ok"]  # every repeat: the intervals are taken over them
     runs = runs[runs.source == "fresh"] if "source" in runs else runs
     out = runs.assign(m=runs["arg.microbatches"].astype(int), time_s=runs["iteration_time_s.median"].astype(float),
                       schedule=np.where((runs["arg.schedule"] == "gpipe") & (runs["config.layout.recompute"] == "full"),
