@@ -29,7 +29,7 @@ export DISTPERF_SCALE := $(SCALE)
 FIGURES := $(BOOK_OUT)/_build/figures
 export DISTPERF_FIGURES := $(abspath $(FIGURES))
 
-.PHONY: book data test venv clean chromium browser-check gpu-reference
+.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference
 .DELETE_ON_ERROR:
 
 book: $(HTML)/index.html  ## measure (papermill) and build the HTML book
@@ -89,6 +89,11 @@ browser-check: $(HTML)/index.html chromium | $(INSTALLED)
 # reference data to data/reference/<gpu>/ (scripts/gpu_reference.py says what and why).
 gpu-reference: | $(INSTALLED)
 	$(BIN)/python scripts/gpu_reference.py
+
+# The long convergence study of PipeDream-2BW (about 40 minutes on two cores, longer than a build may take):
+# archived to data/reference/<machine>/twobw_convergence_long.csv (scripts/convergence_reference.py).
+convergence-reference: | $(INSTALLED)
+	$(BIN)/python scripts/convergence_reference.py
 
 clean:  ## remove build outputs and fresh results (not the virtual environment)
 	rm -rf _build data/fresh

@@ -1,5 +1,6 @@
 """The data-parallelism and ZeRO chapter's analysis (distperf.analysis.dp_zero), on small synthetic tables."""
-from types import SimpleNamespace
+import json
+import math
 
 import matplotlib
 
@@ -25,11 +26,16 @@ def trained(dp_ranks=2, zero=0, bucket_mb=25.0, status="ok", median=0.01):
             **flatten({"config": cfg.to_dict()})}
 
 
-def timed(bucket_mb, measured, p10=None, p90=None, predicted=0.01, **values):
-    """A bucket run after the predictions: median, p10 and p90 of its steps, predicted time and exposed time."""
-    return dict({"bucket_mb": bucket_mb, "measured_s": measured, "iteration_time_s.p10": p10 or measured * 0.99,
-                 "iteration_time_s.p90": p90 or measured * 1.01, "predicted_s": predicted,
-                 "predicted_exposed_s": predicted / 4, "profiled_s": float("nan"), "config.layout.dp": 2}, **values)
+def timed(bucket_mb, *medians, predicted=0.01, **values):
+    """The repeats of one bucket size after the predictions: each run's median step, the predicted iteration and
+    exposed time, and any measured columns (``values``)."""
+    return [dict({"bucket_mb": bucket_mb, "repeat": r, "iteration_time_s.median": t, "predicted_s": predicted,
+                  "predicted_exposed_s": predicted / 4, "profiled_s": float("nan"), "config.layout.dp": 2}, **values)
+            for r, t in enumerate(medians)]
+
+
+def sweep(*sizes):
+    return pd.DataFrame([run for size in sizes for run in size])
 
 
 def memory_table(errors=None, zero3=True):
@@ -48,15 +54,6 @@ def memory_table(errors=None, zero3=True):
         for (label, category), error in errors.items():
             memory.loc[(memory.label == label) & (memory.category == category), "error"] = error
     return memory
-
-
-def test_sweep_runs_take_the_default_bucket_from_the_zero_experiment():
-    zero = pd.DataFrame([trained(1), trained(2, 0, median=0.02), trained(2, 3), trained(2, 1, status="failed")])
-    bucket = pd.DataFrame([trained(2, 0, 1.0), trained(2, 0, 25.0, median=0.5), trained(2, 0, 100.0, status="failed")])
-    zero, sweep = dp.sweep_runs(zero, bucket)
-    assert len(zero) == 3
-    assert sweep["options.bucket_mb"].tolist() == [1.0, 25.0]
-    assert sweep["iteration_time_s.median"].tolist() == [0.01, 0.02]  # the ZeRO experiment's DDP run, not 0.5
 
 
 def test_predictions_use_each_runs_bucket_and_count_the_bytes_sent():
@@ -96,28 +93,48 @@ def test_bucket_runs_sorted_by_size():
     assert runs.bucket_mb.tolist() == [0.5, 25.0, 100.0]
 
 
-def test_a_u_shape_stands_out_of_the_noise():
-    sweep = pd.DataFrame([timed(1, 0.03, predicted=0.02), timed(25, 0.01), timed(100, 0.02)])
-    effect = dp.bucket_effect(sweep)
-    assert effect.spread == pytest.approx(2.0) and effect.noise == pytest.approx(0.02)
-    assert effect.best.bucket_mb == 25 and effect.u_shape and effect.predicted_spread == pytest.approx(1.0)
-    assert dp.shape_sentence(effect.u_shape).startswith("a U-shape")
+def test_every_run_keeps_each_repeat_of_the_runs_that_succeeded():
+    raw = pd.DataFrame([trained(2, 0, 1.0), trained(2, 0, 1.0, median=0.02), trained(2, 0, 4.0, status="failed")])
+    assert dp.every_run(raw)["iteration_time_s.median"].tolist() == [0.01, 0.02]
+    assert dp.by_bucket(dp.every_run(raw.iloc[:0])).bucket_mb.tolist() == []
+    assert dp.by_bucket(dp.every_run(pd.DataFrame({"status": ["skipped"]}))).bucket_mb.tolist() == []
 
 
-def test_no_u_shape_at_an_end_or_within_the_noise():
-    at_end = dp.bucket_effect(pd.DataFrame([timed(1, 0.03), timed(25, 0.02), timed(100, 0.01)]))
-    assert not at_end.u_shape and at_end.best.bucket_mb == 100
-    noisy = pd.DataFrame([timed(1, 0.0105, 0.009, 0.012), timed(25, 0.01, 0.009, 0.011),
-                          timed(100, 0.0102, 0.009, 0.011)])
-    assert not dp.bucket_effect(noisy).u_shape
-    assert dp.shape_sentence(False).startswith("no U-shape")
+def test_bucket_sizes_average_the_repeats_with_an_interval():
+    sizes = dp.bucket_sizes(sweep(timed(4, 0.010, 0.012, 0.011, **{dp.EXPOSED: 0.002}), timed(1, 0.02)))
+    assert sizes.bucket_mb.tolist() == [1, 4] and sizes.repeats.tolist() == [1, 3]
+    assert sizes.measured_s.tolist() == pytest.approx([0.02, 0.011])
+    assert math.isnan(sizes.ci_low_s[0]) and sizes.ci_low_s[1] < 0.011 < sizes.ci_high_s[1]
+    assert sizes[dp.EXPOSED][1] == pytest.approx(0.002) and math.isnan(sizes[dp.EXPOSED][0])
+
+
+def test_a_clear_u_shape_has_a_small_p_value():
+    runs = sweep(timed(0.1, 0.030, 0.031, 0.029), timed(4, 0.020, 0.021, 0.019), timed(25, 0.010, 0.0101, 0.0099),
+                 timed(100, 0.020, 0.0202, 0.0198, predicted=0.02))
+    effect = dp.bucket_effect(runs)
+    assert effect.spread == pytest.approx(2.0) and effect.best == 25 and effect.u_shape and effect.sizes == 4
+    assert effect.p < 0.01
+    assert dp.shape_sentence(effect).startswith("a U-shape") and dp.p_text(effect.p).startswith("p = ")
+    assert dp.predicted_spread(dp.bucket_sizes(runs)) == pytest.approx(1.0)
+
+
+def test_noise_alone_gives_a_large_p_value_and_no_u_shape():
+    runs = sweep(timed(1, 0.010, 0.012, 0.011), timed(4, 0.011, 0.010, 0.012), timed(16, 0.012, 0.011, 0.010))
+    effect = dp.bucket_effect(runs)
+    assert effect.p > 0.5 and not effect.u_shape
+    assert dp.shape_sentence(effect).startswith("no U-shape")
+    at_end = dp.bucket_effect(sweep(timed(1, 0.03, 0.031), timed(25, 0.02, 0.021), timed(100, 0.01, 0.011)))
+    assert not at_end.u_shape and at_end.best == 100
+    single = dp.bucket_effect(sweep(timed(1, 0.03), timed(4, 0.01)))
+    assert math.isnan(single.p) and dp.p_text(single.p) == "no p-value (one run per size)"
+    assert dp.bucket_effect(sweep()).sizes == 0
 
 
 def test_the_exposed_share_at_the_default_bucket():
-    sweep = pd.DataFrame([timed(1, 0.02), timed(25, 0.01, **{dp.EXPOSED: 0.005})])
-    assert dp.exposed_sentence(sweep, True).startswith("exposed data-parallel communication was 50% of the iteration")
-    assert dp.exposed_sentence(sweep, False).startswith("the framework predicts exposed communication of 25%")
-    assert "nan%" in dp.exposed_sentence(sweep[sweep.bucket_mb != 25], True)
+    sizes = dp.bucket_sizes(sweep(timed(1, 0.02), timed(25, 0.01, **{dp.EXPOSED: 0.005})))
+    assert dp.exposed_sentence(sizes, True).startswith("exposed data-parallel communication was 50% of the iteration")
+    assert dp.exposed_sentence(sizes, False).startswith("the framework predicts exposed communication of 25%")
+    assert "nan%" in dp.exposed_sentence(sizes[sizes.bucket_mb != 25], True)
 
 
 def legend(ax):
@@ -125,20 +142,50 @@ def legend(ax):
 
 
 def test_the_bucket_figure_draws_what_was_measured():
-    sweep = pd.DataFrame([timed(1, 0.02, **{dp.EXPOSED: 0.004, "communication.time_s.data_parallel": 0.006}),
-                          timed(25, 0.01, **{dp.EXPOSED: 0.001, "communication.time_s.data_parallel": 0.005})])
+    measured = {dp.EXPOSED: 0.004, dp.ALLREDUCE: 0.006}
+    sizes = dp.bucket_sizes(sweep(timed(1, 0.02, 0.021, **measured), timed(25, 0.01, 0.012, **measured)))
     fig, (times, comm) = plt.subplots(1, 2)
-    dp.draw_bucket_times(times, sweep)
-    dp.draw_bucket_communication(comm, sweep, exposed=True)
-    assert sorted(legend(times)) == ["measured (median, p10–p90)", "predicted (FLOPs at peak rate)"]
+    dp.draw_bucket_times(times, sizes)
+    dp.draw_bucket_communication(comm, sizes, exposed=True)
+    assert sorted(legend(times)) == ["measured (mean of repeats, 95 % CI)", "predicted (FLOPs at peak rate)"]
     assert legend(comm) == ["measured exposed", "measured all-reduce time", "predicted exposed"]
     assert comm.get_xscale() == "log"
     fig2, (times2, comm2) = plt.subplots(1, 2)
-    dp.draw_bucket_times(times2, sweep.assign(profiled_s=[0.015, 0.012]))
-    dp.draw_bucket_communication(comm2, sweep, exposed=False)
+    dp.draw_bucket_times(times2, sizes.assign(profiled_s=[0.015, 0.012]))
+    dp.draw_bucket_communication(comm2, sizes, exposed=False)
     assert "predicted (profiled layer times)" in legend(times2) and legend(comm2) == ["predicted exposed"]
     plt.close(fig)
     plt.close(fig2)
+
+
+def per_rank(*ranks):
+    """communication.per_rank as the runner writes it: (waiting by kind, window) per rank."""
+    return json.dumps([{"exposed_s": {**kinds, "total": sum(kinds.values())}, "window_s": window}
+                       for kinds, window in ranks])
+
+
+def test_every_ranks_waiting_with_its_interval():
+    ddp = pd.DataFrame({"repeat": [0, 1], dp.PER_RANK: [per_rank(({"data_parallel": 0.1}, 1.0),
+                                                                 ({"data_parallel": 0.3}, 1.0)),
+                                                        per_rank(({"data_parallel": 0.2}, 1.0),
+                                                                 ({"data_parallel": 0.3}, 1.0))]})
+    pipe = pd.DataFrame({"repeat": [0, 1, 2], dp.PER_RANK: [per_rank(({"pipeline_parallel": 0.5}, 1.0),
+                                                                     ({"pipeline_parallel": 0.1}, 2.0))] * 2 + [None]})
+    wait = pd.concat([dp.waiting(ddp, ["ddp"] * 2), dp.waiting(pipe, ["pp"] * 3)], ignore_index=True)
+    assert len(wait) == 8 and wait.share.tolist()[:4] == [0.1, 0.3, 0.2, 0.3]
+    summary = dp.waiting_summary(wait)
+    assert summary[["label", "rank"]].values.tolist() == [["ddp", 0], ["ddp", 1], ["pp", 0], ["pp", 1]]
+    assert summary.share.tolist() == pytest.approx([0.15, 0.3, 0.5, 0.05])
+    assert summary.low[0] < 0.15 < summary.high[0] and summary.low[1] == summary.high[1] == pytest.approx(0.3)
+    assert summary["waiting_s.pipeline_parallel"][2] == pytest.approx(0.5)
+    assert dp.largest_waiting(summary, ["ddp", "pp"]) == (pytest.approx(0.5), "pp, rank 0")
+    assert dp.largest_waiting(summary, ["ddp"]) == (pytest.approx(0.3), "ddp, rank 1")
+    assert math.isnan(dp.largest_waiting(summary, ["other"])[0])
+    assert dp.waiting(pipe.iloc[2:], ["pp"]).empty
+    fig, ax = plt.subplots()
+    dp.draw_waiting(ax, summary)
+    assert legend(ax) == ["rank 0", "rank 1"] and len(ax.patches) == 4
+    plt.close(fig)
 
 
 def zero_runs(measured_comm=True):
@@ -148,8 +195,7 @@ def zero_runs(measured_comm=True):
                 predicted_exposed_s=0.001)
     zero = pd.DataFrame([dict(base, label="1 rank", **{"config.layout.dp": 1}),
                          dict(base, label="dp 2, ZeRO 0", **{"config.layout.dp": 2}, **comm)])
-    bucket = pd.DataFrame([dict(base, label="dp 2, ZeRO 0", bucket_mb=25.0, **{"config.layout.dp": 2}, **comm),
-                           dict(base, label="dp 2, ZeRO 0", bucket_mb=0.5, **{"config.layout.dp": 2}, **comm)])
+    bucket = pd.DataFrame([dict(base, label="dp 2, ZeRO 0", bucket_mb=0.5, **{"config.layout.dp": 2}, **comm)])
     return zero, bucket
 
 
@@ -185,22 +231,24 @@ def test_the_sentences_on_the_errors_with_and_without_measurements():
     assert dp.volume_errors(empty) == "not measured in this build"
 
 
-@pytest.mark.parametrize("spread, noise, verdict", [(0.2, 0.1, "reproduced"), (0.08, 0.1, "depends"),
-                                                    (0.04, 0.01, "depends"), (0.06, 0.01, "reproduced"),
-                                                    (0.04, 0.1, "not reproduced")])
-def test_the_bucket_matters_above_the_noise_and_five_percent(spread, noise, verdict):
-    effect = dp.BucketEffect(spread=spread, noise=noise, best=pd.Series({"bucket_mb": 25.0}), u_shape=False,
-                             predicted_spread=0.0)
-    assert rule("dp_zero").verdict(dp.statistics(effect)) == verdict
+def effect(spread, p, sizes=12, best=25.0):
+    return dp.BucketEffect(spread=spread, p=p, best=best, u_shape=False, sizes=sizes)
 
 
-def test_the_finding_and_the_verdicts_words():
-    effect = dp.BucketEffect(spread=0.3, noise=0.05, best=pd.Series({"bucket_mb": 4.0}), u_shape=True,
-                             predicted_spread=0.1)
-    assert dp.finding(effect, 0.3) == ("Bucket size changed two-rank DDP's iteration time by 30% (fastest at 4 MiB, "
-                                       "step-to-step spread 5%); ZeRO-3 kept 30% of DDP's model states per rank")
-    assert dp.finding(effect, None) == "Bucket size changed two-rank DDP's iteration time by 30%"
-    hw = SimpleNamespace(intra_latency=150e-6)
-    assert dp.verdict_text("reproduced", hw).endswith("the communication block size matters here too")
-    assert "only at the margin" in dp.verdict_text("depends", hw)
-    assert "α ≈ 150 µs" in dp.verdict_text("not reproduced", hw)
+@pytest.mark.parametrize("loopback, slow, waiting, verdict", [
+    ((0.2, 0.001), (0.5, 0.001), 0.3, "reproduced"),
+    ((0.2, 0.3), (0.5, 0.001), 0.3, "depends"),  # a large change on loopback that the repeats do not separate
+    ((0.01, 0.5), (0.02, 0.4), 0.02, "not reproduced"),
+    ((0.01, 0.5), (0.02, 0.4), float("nan"), "not reproduced"),  # no waiting measured: the rest decide
+])
+def test_the_verdict_follows_the_spreads_their_p_values_and_the_waiting(loopback, slow, waiting, verdict):
+    assert rule("dp_zero").verdict(dp.statistics(effect(*loopback), effect(*slow), waiting)) == verdict
+
+
+def test_the_finding_says_what_was_measured():
+    text = dp.finding(effect(0.3, 0.002, best=4.0), effect(0.5, 0.01, sizes=5, best=25.0), 0.25, "pp 2, 1F1B, rank 0")
+    assert text == ("Across 12 bucket sizes DDP's step changed by 30% (p = 0.002; fastest at 4 MiB), on the emulated "
+                    "slow link by 50% (p = 0.01; fastest at 25 MiB); the rank that waits most (pp 2, 1F1B, rank 0) "
+                    "waits 25% of its step")
+    assert dp.finding(effect(0.3, math.nan), effect(math.nan, math.nan, sizes=0), math.nan, "") == (
+        "Across 12 bucket sizes DDP's step changed by 30% (no p-value (one run per size); fastest at 25 MiB)")

@@ -45,8 +45,9 @@ def run_row(split=(2, 2), policy="uniform", schedule="1f1b", time=1.0, activatio
 
 
 def test_policy_labels():
-    assert [pt.policy_label(p) for p in ("uniform", "params", "time", np.nan, "3,1")] == [
-        "uniform", "by parameters", "by time", "fixed", "fixed"]
+    assert [pt.policy_label(p) for p in ("uniform", "params", "time", "flops", np.nan, "3,1")] == [
+        "uniform", "by parameters", "by time", "by FLOPs", "fixed", "fixed"]
+    assert "fixed" not in pt.REALISTIC and "by FLOPs" in pt.REALISTIC
 
 
 def test_partition_tables_from_the_step_peaks():
@@ -137,6 +138,9 @@ def test_total_rises_against_the_uniform_split():
     assert rises["1f1b"][0] == 0.0
     no_uniform = _totals(policy=["fixed", "by time"])
     assert pt.total_rises(no_uniform, rows.PEAK) == ({}, [])
+    lopsided = _totals(policy=["uniform", "fixed"])  # only realistic partitioners count for the verdict
+    assert pt.total_rises(lopsided, rows.PEAK)[0]["1f1b"][0] == 0.25
+    assert pt.total_rises(lopsided, rows.PEAK, pt.REALISTIC)[0]["1f1b"][0] == 0.0
     assert pt.findings_sentence([]) == "no uniform reference was measured"
 
 
@@ -182,3 +186,31 @@ def test_the_figures_draw():
     assert len(rest_lines) == len(peak_lines) + 2  # at rest: a dotted predicted total per schedule
     assert [line.get_linestyle() for line in rest_lines[-2:]] == [":", ":"]
     plt.close("all")
+
+
+def test_the_allocator_beside_the_tensors():
+    with_rss = run_row((3, 1), "time", activations=(60, 10))
+    with_rss["memory_bytes.per_rank.rss_peak_increase"] = json.dumps([1000, 3000])
+    without = run_row((2, 2), "uniform")
+    table = pt.allocator_totals(pd.DataFrame([with_rss, without]))
+    assert table.allocator_total[0] == 4000 and table.allocator_kind[0] == "resident-set rise"
+    assert table.partition[0] == "3,1 (by time)"
+    assert math.isnan(table.allocator_total[1]) and table.allocator_kind[1] == "not measured"
+
+
+def test_predicted_depths_against_the_uniform_split():
+    cfg = Config(model=dataclasses.replace(presets.model("small"), vocab=4096), layout=Layout(
+        pp=2, schedule="1f1b", microbatches=4, micro_batch=2, partition=(3, 1)))
+    table = pt.predicted_depths(cfg, depths=(2, 4), layers=8)
+    assert table.depth.tolist() == [2, 2, 2, 4, 4, 4]
+    assert table.policy.tolist()[:3] == ["uniform", "by parameters", "by FLOPs"]
+    assert table[table.policy == "uniform"].rise.tolist() == [0.0, 0.0]
+    assert table[table.policy == "uniform"].split.tolist() == ["4,4", "2,2,2,2"]
+    flops4 = table[(table.policy == "by FLOPs") & (table.depth == 4)].iloc[0]
+    assert sum(map(int, flops4.split.split(","))) == 8 and flops4.split != "2,2,2,2"
+    assert (table.largest <= table.total).all()
+    fig = pt.draw_depths(table)
+    assert len(fig.axes[0].get_lines()) == 4  # three partitioners and the zero line
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -96,3 +96,16 @@ def test_fold_gives_one_row_per_configuration_with_the_median_over_repeats():
     assert math.isnan(b["iteration_time_s.ci_half_rel"])
     plain = pd.DataFrame(rows).drop(columns="repeat")
     assert len(repeats.fold(plain)) == 5  # no repeats: the ok rows as they are
+
+
+def test_spread_and_its_permutation_p_value():
+    assert repeats.spread([[1.0, 1.0], [2.0, 2.0], []]) == pytest.approx(1.0)
+    assert math.isnan(repeats.spread([[1.0]]))
+    apart = [[1.0, 1.01, 0.99], [1.5, 1.51, 1.49], [2.0, 2.02, 1.98], [1.2, 1.21, 1.19]]
+    p = repeats.permutation_p(apart)
+    assert p < 0.01 and p == repeats.permutation_p(apart)  # seeded: the same answer every time
+    mixed = [[1.0, 1.5, 2.0], [2.0, 1.0, 1.5], [1.5, 2.0, 1.0]]  # the same values in every group
+    assert repeats.permutation_p(mixed) == 1.0
+    # two groups of three: only 20 relabellings, and the spread is symmetric, so p is never below 2/20
+    assert repeats.permutation_p([[1.0, 1.01, 0.99], [2.0, 2.01, 1.99]]) > 0.09
+    assert math.isnan(repeats.permutation_p([[1.0], [2.0], [3.0]]))

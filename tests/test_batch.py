@@ -78,3 +78,12 @@ def test_a_configuration_that_hangs_is_a_timeout_and_the_rest_go_on_in_a_fresh_l
     assert "no result within 8 s" in table["message"][1]
     assert table["launch.id"][0] != table["launch.id"][2] and table["launch.position"].tolist()[::2] == [0, 0]
     assert tagged_processes("DISTPERF_FAULT", "hang:0:1") == []  # the hung process was killed
+
+
+def test_a_configuration_that_sets_measure_measures_every_repeat(tmp_path):
+    """Waiting times differ from run to run, so an experiment that asks for ``measure`` gets it in every repeat;
+    without it only repeat 0 measures (the bytes are the same in every run)."""
+    plain, measured = (_experiment(tmp_path, base={**TINY, "steps": 2, **extra}, grid={"dp": [1]}).configurations[0]
+                       for extra in ({}, {"measure": True}))
+    assert [prepare(plain, r, 60).options.measure for r in (0, 1, 2)] == [True, False, False]
+    assert [prepare(measured, r, 60).options.measure for r in (0, 1, 2)] == [True, True, True]

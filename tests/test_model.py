@@ -10,7 +10,7 @@ from distperf import presets
 from distperf.config import Config, ConfigError, Layout, ModelSpec, validate
 from distperf.tokens import SyntheticTokens, TextCorpus, decode, encode, make_source
 from distperf.model import Attention, Block, build_model, build_stages, layer_input, lm_loss, set_recompute
-from distperf.parallel.partition import balanced, parameter_costs, resolve
+from distperf.parallel.partition import balanced, flop_costs, parameter_costs, resolve
 
 SPEC = ModelSpec(layers=4, hidden=32, heads=4, vocab=64, seq=8)
 
@@ -167,6 +167,21 @@ def test_parameter_policy_moves_layers_off_the_embedding_stage():
         assert max(costs) <= max(other)
     with pytest.raises(ValueError):
         resolve(cfg, "random")
+
+
+def test_flop_policy_moves_layers_off_the_heads_stage():
+    """A large vocabulary makes the head's logit product 2bshV weigh as much as layers: the last stage gets fewer
+    (the embedding is a lookup, no FLOPs); a small one leaves the split uniform."""
+    spec = replace(presets.model("small"), layers=6, vocab=4096)
+    cfg = validate(Config(model=spec, layout=Layout(pp=2, schedule="1f1b", microbatches=2, micro_batch=2)))
+    layer, embed, head = flop_costs(spec, 2)
+    assert embed == 0.0 and head == 2 * 2 * spec.seq * spec.hidden * spec.vocab and head > layer[0]
+    parts = resolve(cfg, "flops").layout.partition
+    assert parts[0] > parts[1] and sum(parts) == 6
+    assert max(parts[0] * layer[0], parts[1] * layer[0] + head) <= min(
+        max(a * layer[0], (6 - a) * layer[0] + head) for a in range(1, 6))
+    small_vocab = validate(Config(model=replace(spec, vocab=256), layout=cfg.layout))
+    assert resolve(small_vocab, "flops").layout.partition == (3, 3)
 
 
 def test_time_policy_gives_a_valid_partition():

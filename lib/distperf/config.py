@@ -153,6 +153,10 @@ class RunOptions:
     timeout_s: float = 300.0
     measure: bool = False  # memory and communication steps after the timed ones (distperf.measure.steps)
     mesh_order: str = "pp,dp,tp"  # placement of ranks on the mesh, slowest-varying first (one of MESH_ORDERS)
+    eval_batches: int = 0  # held-out batches evaluated after training (distperf.parallel.held_out)
+
+
+MAX_EVAL_BATCHES = 10_000
 
 
 def uniform_partition(layers: int, stages: int) -> tuple[int, ...]:

@@ -14,13 +14,13 @@ import argparse
 from dataclasses import replace
 
 from . import presets
-from .config import (ARCHS, ATTENTIONS, DATA_SOURCES, DDP_BUCKET_MB, DEVICES, MESH_ORDERS, OPTIMIZERS, PRECISIONS,
-                     RECOMPUTE, SCHEDULES, Config, ConfigError, Layout, RunOptions, Training,
+from .config import (ARCHS, ATTENTIONS, DATA_SOURCES, DDP_BUCKET_MB, DEVICES, MAX_EVAL_BATCHES, MESH_ORDERS,
+                     OPTIMIZERS, PRECISIONS, RECOMPUTE, SCHEDULES, Config, ConfigError, Layout, RunOptions, Training,
                      global_batch_to_microbatches, validate)
 from .emulation.options import add_network_arguments
 
 MODEL_OVERRIDES = ("layers", "hidden", "heads", "ffn", "vocab", "seq")
-PARTITION_POLICIES = ("uniform", "params", "time")  # distperf.parallel.partition
+PARTITION_POLICIES = ("uniform", "params", "time", "flops")  # distperf.parallel.partition
 
 
 def add_config_arguments(p: argparse.ArgumentParser, default_model: str = "small") -> None:
@@ -51,7 +51,8 @@ def add_config_arguments(p: argparse.ArgumentParser, default_model: str = "small
     g.add_argument("--recompute", choices=RECOMPUTE, default="none", help="activation recomputation (default none)")
     g.add_argument("--partition", default="",
                    help="layers per stage, comma-separated, e.g. 3,1 (default uniform); run also takes a policy: "
-                        "uniform, params (balanced parameters) or time (balanced measured time)")
+                        "uniform, params (balanced parameters), time (balanced measured time) or flops (balanced "
+                        "FLOPs, the head's included)")
 
     g = p.add_argument_group("training")
     g.add_argument("--precision", choices=PRECISIONS, default="fp32", help="fp32 or mixed (default fp32)")
@@ -98,15 +99,15 @@ def config_from_args(a: argparse.Namespace) -> Config:
 
 def config_and_policy(a: argparse.Namespace) -> tuple[Config, str | None]:
     """The validated configuration, and ``time`` if ``--partition time`` asks for a partition measured at
-    start-up (``params`` is resolved here, from parameter counts; ``uniform`` is the default)."""
+    start-up (``params`` and ``flops`` are resolved here, from counts; ``uniform`` is the default)."""
     policy = a.partition if a.partition in PARTITION_POLICIES else None
     if policy:
         a = argparse.Namespace(**{**vars(a), "partition": ""})
     cfg = config_from_args(a)
-    if policy == "params":
+    if policy in ("params", "flops"):  # from counts: resolved here, no measurement
         from .parallel.partition import resolve
 
-        cfg, policy = resolve(cfg, "params"), None
+        cfg, policy = resolve(cfg, policy), None
     return cfg, policy if policy != "uniform" else None
 
 
@@ -127,6 +128,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="how consecutive ranks (one node's) fill the mesh, slowest-varying dimension first: "
                         "pp,dp,tp keeps a stage's replicas together, dp,pp,tp a replica's pipeline "
                         "(default pp,dp,tp; distperf.parallel.mesh)")
+    g.add_argument("--eval-batches", type=int, default=0,
+                   help="after training, the loss on this many held-out batches of the global batch size, with the "
+                        "trained weights gathered into one model (text: the corpus's last 10 %%; synthetic: batches "
+                        "training never draws) (default 0: none)")
     g.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
                    help="after the timed steps, measure memory by category and communication by kind on 3 more "
                         "optimizer steps (distperf.measure.steps) (default on)")
@@ -143,9 +148,11 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
         raise ConfigError("warmup", f"must be 0 or more, got {a.warmup}")
     if not a.timeout > 0:
         raise ConfigError("timeout", f"must be positive, got {a.timeout}")
+    if not 0 <= a.eval_batches <= MAX_EVAL_BATCHES:
+        raise ConfigError("eval_batches", f"must be 0 to {MAX_EVAL_BATCHES}, got {a.eval_batches}")
     return RunOptions(steps=a.steps, seed=a.seed, lr=a.lr, bucket_mb=a.bucket_mb, data=a.data, device=a.device,
                       warmup=min(a.warmup, a.steps - 1), timeout_s=a.timeout, measure=a.measure,
-                      mesh_order=a.mesh_order)
+                      mesh_order=a.mesh_order, eval_batches=a.eval_batches)
 
 
 def add_hardware_argument(p: argparse.ArgumentParser, default: str, help_text: str) -> None:

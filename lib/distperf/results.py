@@ -112,22 +112,25 @@ def write_csv_atomic(frame, path: Path) -> Path:
     return path
 
 
-def load(experiment: str, scale: str | None = None):
+def load(experiment: str, scale: str | None = None, archived: bool = False):
     """Fresh results of this machine at ``scale`` and every committed reference table, in one DataFrame.
 
     A column ``source`` says 'fresh' or 'reference'. A missing fresh table is an error that says how to
-    produce it; reference tables are optional.
+    produce it; reference tables are optional. An ``archived`` experiment (one too long for a build, such as the
+    long convergence study) is read from the reference tables, with a fresh table beside them where one exists.
     """
     import pandas as pd
 
     scale = scale or book_scale()
     fresh = fresh_dir(scale) / f"{experiment}.csv"
-    if not fresh.exists():
-        raise FileNotFoundError(f"{fresh} is missing: run `make data SCALE={scale}` (or `make book`) first")
-    paths = [fresh, *sorted((DATA / "reference").glob(f"*/{experiment}.csv"))]
+    references = sorted((DATA / "reference").glob(f"*/{experiment}.csv"))
+    if not fresh.exists() and not (archived and references):
+        raise FileNotFoundError(f"{fresh} is missing: run `make data SCALE={scale}` (or `make book`) first"
+                                if not archived else f"no table of {experiment} in data/reference/ or {fresh.parent}")
+    paths = ([fresh] if fresh.exists() else []) + references
+    kinds = (["fresh"] if fresh.exists() else []) + ["reference"] * len(references)
     frames = [pd.read_csv(path) for path in paths]
-    source = pd.Series([kind for kind, f in zip(["fresh"] + ["reference"] * (len(paths) - 1), frames)
-                        for _ in range(len(f))], name="source", dtype=object)
+    source = pd.Series([kind for kind, f in zip(kinds, frames) for _ in range(len(f))], name="source", dtype=object)
     # one concatenation rather than a column inserted into a frame of hundreds of columns (pandas then warns, and
     # the warning would print in the book)
     return pd.concat([pd.concat(frames, ignore_index=True), source], axis=1)

@@ -12,8 +12,8 @@ reference.
   ``help('topics')``; about 0.47 MB), under the PSF License Agreement (CPython's LICENSE). It is part
   of every Python installation, so it is available offline; its exact content depends on the Python
   release, hence :attr:`TextCorpus.sha256`. Tokenized as UTF-8 bytes (vocabulary 256). The first 90 %
-  of the bytes are for training, the rest for validation; batches are random windows of seq + 1
-  bytes.
+  of the bytes are for training, the rest for validation (``held_out``); batches are random windows of
+  seq + 1 bytes.
 """
 from __future__ import annotations
 
@@ -63,6 +63,10 @@ class SyntheticTokens:
             tokens[:, t + 1] = self.successors[tokens[:, t], choice[:, t]]
         return split(tokens)
 
+    def held_out(self, index: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Held-out batch ``index``: drawn like a training batch from steps training never reaches (negative)."""
+        return self.batch(-1 - index, size)
+
     def describe(self) -> dict:
         return {"source": self.name, "vocab": self.vocab, "branching": self.branching, "seed": self.seed}
 
@@ -90,6 +94,14 @@ class TextCorpus:
         starts = torch.randint(len(self.tokens) - self.seq - 1, (size,), generator=g)
         offsets = torch.arange(self.seq + 1)
         return split(self.tokens[starts[:, None] + offsets])
+
+    def held_out(self, index: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Held-out batch ``index``: random windows of the validation text (the last 10 %, never trained on)."""
+        if self.part != "validation":
+            if not hasattr(self, "_validation"):
+                self._validation = TextCorpus(self.seq, self.seed, part="validation")
+            return self._validation.held_out(index, size)
+        return self.batch(index, size)
 
     def describe(self) -> dict:
         return {"source": self.name, "corpus": "pydoc_data.topics", "python": sys.version.split()[0],

@@ -23,7 +23,10 @@ from . import rows
 from .pipeline_schedules import chunk_flops, span
 from .verdicts import threshold
 
-POLICIES = {"uniform": "uniform", "params": "by parameters", "time": "by time"}
+POLICIES = {"uniform": "uniform", "params": "by parameters", "time": "by time", "flops": "by FLOPs"}
+REALISTIC = tuple(POLICIES.values())  # the partitioners a user would run; explicit splits are lopsided on purpose
+DEPTHS = (2, 4, 8, 16)  # depths of the predicted totals (two are measured)
+DEEP_LAYERS = 32  # the measured model's layers, made deep enough for 16 stages
 RISE_THRESHOLD = threshold("partitioning", "rise")  # the rule's threshold on the rise of the total
 MIB = 2**20
 
@@ -143,11 +146,14 @@ def memory_error_range(fresh_parts, kind: str) -> str:
     return span(memory_error(fresh_parts, kind), "+.1%")
 
 
-def total_rises(fresh_parts, kind: str) -> tuple[dict, list[str]]:
+def total_rises(fresh_parts, kind: str, policies=None) -> tuple[dict, list[str]]:
     """Per schedule with a uniform split: (measured rise of the largest total over the uniform one, that
-    partition, the largest predicted rise); and the sentence on each."""
+    partition, the largest predicted rise) among the runs whose policy is in ``policies`` (every run when None);
+    and the sentence on each."""
     peak_col = total_column(kind)
     findings, rises = [], {}
+    if policies is not None:
+        fresh_parts = fresh_parts[fresh_parts.policy.isin(policies)]
     for sched, part in fresh_parts.groupby("schedule"):
         uni = part[part.policy == "uniform"]
         if uni.empty:
@@ -169,8 +175,9 @@ def findings_sentence(findings: list[str]) -> str:
 
 def statistics(kind: str, rises: dict) -> dict:
     """The rule's statistic (:mod:`distperf.analysis.verdicts`): the largest rise of the measured total over the
-    uniform split under 1F1B (:func:`total_rises`); NaN where only model states at rest were measured (their total
-    is the same under every split, so they cannot decide)."""
+    uniform split under 1F1B among the realistic partitioners (``rises`` from :func:`total_rises` with
+    ``policies=REALISTIC``); NaN where only model states at rest were measured (their total is the same under every
+    split, so they cannot decide)."""
     one = rises.get("1f1b")
     return {"rise": float(one[0]) if kind == rows.PEAK and one is not None else math.nan}
 
@@ -273,3 +280,66 @@ def draw_total(parts, kind: str):
             fig.axes[0].plot(part.first_layers, part.predicted_total_mib, ls=":", color="grey", lw=1)
     return fig
 
+
+
+def allocator_totals(runs) -> pd.DataFrame:
+    """Per run: the allocator's view beside the tensors' — the sum over the ranks of the rise of the resident set
+    over the measured step (``rss_peak_increase``, CPU) or of the caching allocator's peak (``cuda_max_allocated``,
+    CUDA), with the machine, schedule and partition (as :func:`partition_tables` names them)."""
+    out = []
+    for _, row in runs.iterrows():
+        cfg = rows.config_of_row(row)
+        split = ",".join(map(str, stage_layers(cfg.model, cfg.layout)))
+        values = {}
+        for key in ("rss_peak_increase", "cuda_max_allocated"):
+            cell = rows.json_cell(row.get(f"memory_bytes.per_rank.{key}"))
+            if isinstance(cell, list) and cell and all(v is not None for v in cell):
+                values[key] = float(sum(cell))
+        out.append(dict(machine=row.machine, source=row.source, schedule=cfg.layout.schedule,
+                        partition=f"{split} ({policy_label(row['arg.partition'])})",
+                        allocator_total=values.get("cuda_max_allocated", values.get("rss_peak_increase", math.nan)),
+                        allocator_kind="CUDA allocator peak" if "cuda_max_allocated" in values else
+                        "resident-set rise" if values else "not measured"))
+    return pd.DataFrame(out)
+
+
+def predicted_depths(cfg, depths=DEPTHS, layers: int = DEEP_LAYERS, policies=("uniform", "params", "flops")):
+    """The cost model's total and largest stage over the stages, for the measured model made ``layers`` deep, at each
+    pipeline depth and analytical partitioner (``time`` needs a measurement, so it is left out), under 1F1B with
+    max(m, depth) microbatches: one row per depth and policy, with ``rise`` of the total over the uniform split's."""
+    from dataclasses import replace
+
+    from ..cost.predict import predict
+    from ..parallel.partition import resolve
+
+    out = []
+    for depth in depths:
+        base = replace(cfg, model=replace(cfg.model, layers=layers),
+                       layout=replace(cfg.layout, pp=depth, schedule="1f1b", partition=(),
+                                      microbatches=max(cfg.layout.microbatches, depth)))
+        for policy in policies:
+            c = resolve(base, policy)
+            stages = predict(c, check=False)["memory_bytes_per_stage"]
+            out.append(dict(depth=depth, policy=POLICIES[policy], split=",".join(map(str, c.layout.partition)),
+                            total=float(sum(stages)), largest=float(max(stages))))
+    table = pd.DataFrame(out)
+    uniform = table[table.policy == "uniform"].set_index("depth").total
+    table["rise"] = table.total / table.depth.map(uniform) - 1
+    return table
+
+
+def draw_depths(table):
+    """The predicted rise of the total memory over the uniform split against the pipeline depth, per partitioner."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for policy, part in table.groupby("policy", sort=False):
+        ax.plot(part.depth, part.rise * 100, "o-", label=policy)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(DEPTHS), [str(d) for d in DEPTHS])
+    ax.set_xlabel("pipeline depth (stages)")
+    ax.set_ylabel("predicted total over uniform (%)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig

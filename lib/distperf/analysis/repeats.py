@@ -102,6 +102,34 @@ def ratio_interval(numerator, denominator, level: float = LEVEL) -> tuple[float,
     return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
 
 
+def spread(groups) -> float:
+    """How far apart the groups' means lie: the largest mean over the smallest, − 1 (groups of positive values,
+    such as the run medians of each bucket size); NaN with fewer than two non-empty groups."""
+    means = [statistics.fmean(g) for g in groups if len(g)]
+    return max(means) / min(means) - 1 if len(means) > 1 else math.nan
+
+
+def permutation_p(groups, statistic=spread, draws: int = 4000, seed: int = 0) -> float:
+    """The permutation test of "the groups differ" (e.g. the run medians of each bucket size): the share of random
+    relabellings of the pooled values, group sizes kept, whose ``statistic`` is at least the observed one, as
+    (k + 1)/(draws + 1). Picking the slowest and the fastest group after the fact is paid for here: each relabelling
+    picks them again. NaN when no group has two values (a relabelling of single runs tells nothing)."""
+    import random
+
+    groups = [[float(v) for v in g] for g in groups if len(g)]
+    if len(groups) < 2 or max(len(g) for g in groups) < 2:
+        return math.nan
+    observed = statistic(groups)
+    pooled = [v for g in groups for v in g]
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(draws):
+        rng.shuffle(pooled)
+        it = iter(pooled)
+        hits += statistic([[next(it) for _ in g] for g in groups]) >= observed - 1e-12
+    return (hits + 1) / (draws + 1)
+
+
 def _keys(frame) -> list[str]:
     return [k for k in ("experiment", "machine", "source", "config_hash") if k in frame]
 

@@ -7,7 +7,10 @@ second weight version between steps, its convergence against vanilla 1F1B (exper
 - :func:`weight_ratio`: 2BW's parameter bytes over 1F1B's, per stage;
 - :func:`latest_grid`, :func:`loss_curves`, :func:`final_losses`, :func:`convergence_summary`,
   :func:`simulation_remark`: the loss curves, paired by seed, and whether 2BW tracks vanilla training;
-- :func:`verdict`, :func:`finding` and the sentences built from data;
+- :func:`long_runs`, :func:`held_out_gaps`, :func:`gap_bound`, :func:`gap_sentence`, :func:`draw_long_study`: the
+  long study (``twobw_convergence_long``, archived reference data): 2BW against no pipeline on held-out text, the
+  paired gap in final held-out loss per learning rate with its 95 % interval, against the declared margin;
+- :func:`statistics`, :func:`finding` and the sentences built from data;
 - :func:`draw_memory_model`, :func:`draw_convergence`: the chapter's figures.
 """
 from __future__ import annotations
@@ -24,8 +27,7 @@ from ..cost import schedules
 from ..results import signed_error
 from . import rows
 from .pipeline_schedules import microbatch_reference, rank_flops
-from .repeats import ratio_interval
-from .verdicts import share
+from .repeats import interval, ratio_interval
 
 NAMES = {"gpipe": "GPipe", "1f1b": "PipeDream-Flush (1F1B)", "2bw": "PipeDream-2BW"}
 TAIL_FRACTION = 5  # the final loss is the mean over the last fifth of the steps
@@ -381,21 +383,23 @@ def speed_sentence(flush_speed) -> str:
                      for r in flush_speed.itertuples()) or "not measured"
 
 
-def statistics(engine_speed, summary) -> dict:
+def statistics(engine_speed, gaps) -> dict:
     """The rule's statistics (:mod:`distperf.analysis.verdicts`): the lower 95 % bound of 2BW's speed-up over Flush
-    on the same engine (:func:`engine_speedups`) at the m where it is smallest (NaN without repeats), and the share
-    of heads whose final loss tracks vanilla (:func:`convergence_summary`); NaN where not measured."""
+    on the same engine (:func:`engine_speedups`) at the m where it is smallest (NaN without repeats), and the
+    largest |end| of the held-out loss gap's 95 % intervals of the long study (:func:`gap_bound`); NaN where not
+    measured."""
     same = same_engine(engine_speed).dropna(subset=["low"])
-    return {"speedup": float(same["low"].min()) if len(same) else math.nan,
-            "tracks": share(int(summary.tracks.sum()), len(summary)) if len(summary) else math.nan}
+    return {"speedup": float(same["low"].min()) if len(same) else math.nan, "gap_bound": gap_bound(gaps)}
 
 
-def finding(flush_speed, summary) -> str:
-    """The chapter's finding in one sentence."""
-    return (f"2BW ran {flush_speed.measured.mean():.2f}× as fast as PipeDream-Flush on average; its final "
-            f"training loss differed from vanilla by "
-            + ", ".join(f"{r['diff']:+.3f} ({head})" for head, r in summary.iterrows())
-            + " nats/byte against a seed spread of about " + f"{summary['spread'].mean():.3f}.")
+def finding(flush_speed, gaps) -> str:
+    """The chapter's finding in one sentence: the speed-up over torch's Flush, and the long study's held-out gaps."""
+    text = f"2BW ran {flush_speed.measured.mean():.2f}× as fast as PipeDream-Flush on average"
+    if gaps.empty:
+        return text + "; the long convergence study has not been run."
+    return (text + "; its final held-out loss differed from training without a pipeline by "
+            + ", ".join(f"{r.gap:+.3f} [{r.low:+.3f}, {r.high:+.3f}] (lr {r.lr:g})" for r in gaps.itertuples())
+            + " nats/byte.")
 
 
 def draw_memory_model(depth: int = 8, weights: float = 1.0, activations_total: float = 4.0,
@@ -513,3 +517,93 @@ def _draw_paired_difference(ax, curves_of_head, head: str) -> None:
     ax.set_ylabel("2BW − vanilla (nats/byte)")
     ax.set_title(head, fontsize="small")
     ax.legend(fontsize="x-small")
+
+
+LONG_NAMES = {"2bw": "PipeDream-2BW", "none": "no pipeline"}
+
+
+def long_runs(conv):
+    """The long study's runs that succeeded, one row each: ``source``, ``machine``, ``lr``, ``seed``, ``method``
+    ('2bw' or 'none'), ``steps``, ``held_out`` (final held-out loss, nats per byte), ``train_tail`` (mean training
+    loss over the last fifth of the steps), ``losses`` (the training loss: per step, or, in an archived table with
+    ``loss_window`` w, the means over windows of w steps) and ``date``, ``commit``."""
+    conv = conv[conv["status"] == "ok"]
+    out = []
+    for _, r in conv.iterrows():
+        losses = rows.json_cell(r["losses"])
+        window = r.get("loss_window", 1)
+        window = int(window) if window == window and window else 1
+        steps = len(losses) * window
+        out.append(dict(source=r.get("source", "fresh"), machine=r["machine"], lr=float(r["options.lr"]),
+                        seed=int(r["options.seed"]), method=str(r["config.layout.schedule"]), steps=steps,
+                        held_out=float(r["held_out_loss"]),
+                        train_tail=float(np.mean(losses[tail_start(len(losses)):])),
+                        losses=losses, window=window, date=r["date"], commit=r["commit"]))
+    return pd.DataFrame(out, columns=["source", "machine", "lr", "seed", "method", "steps", "held_out", "train_tail",
+                                      "losses", "window", "date", "commit"])
+
+
+def held_out_gaps(long):
+    """Per machine and learning rate: ``seeds`` paired, the mean final held-out loss without a pipeline
+    (``baseline``) and the mean paired gap 2BW − no pipeline (``gap``, nats per byte) with its 95 % t-interval
+    (``low``, ``high``; :func:`.repeats.interval` on the per-seed differences, NaN with one seed)."""
+    out = []
+    for (machine, lr), part in long.groupby(["machine", "lr"]):
+        paired = part.pivot_table(index="seed", columns="method", values="held_out").dropna()
+        if not {"2bw", "none"} <= set(paired.columns) or paired.empty:
+            continue
+        diff = paired["2bw"] - paired["none"]
+        gap, low, high = interval(diff)
+        out.append(dict(machine=machine, lr=lr, seeds=len(diff), baseline=float(paired["none"].mean()), gap=gap,
+                        low=low, high=high))
+    return pd.DataFrame(out, columns=["machine", "lr", "seeds", "baseline", "gap", "low", "high"])
+
+
+def gap_bound(gaps) -> float:
+    """The equivalence test's statistic: the largest |end| of the gaps' 95 % intervals over the learning rates
+    (2BW is equivalent within a margin when every interval lies inside ±margin); NaN without an interval."""
+    ends = pd.concat([gaps.low.abs(), gaps.high.abs()]).dropna() if len(gaps) else pd.Series(dtype=float)
+    return float(ends.max()) if len(ends) else math.nan
+
+
+def gap_sentence(gaps, margin: float) -> str:
+    """Each learning rate's gap with its interval and whether the interval lies inside ±``margin``."""
+    if gaps.empty:
+        return "the long study has not been run on any machine"
+    return "; ".join(
+        f"at lr {r.lr:g}, 2BW's final held-out loss differs by {r.gap:+.3f} nats per byte (95 % CI "
+        f"{r.low:+.3f} to {r.high:+.3f}, {r.seeds} seeds; {r.gap / r.baseline:+.1%} of {r.baseline:.3f}), "
+        + ("inside" if max(abs(r.low), abs(r.high)) <= margin else "not inside") + f" ±{margin:g}"
+        for r in gaps.itertuples())
+
+
+def draw_long_study(long, gaps, margin: float):
+    """Left: the training loss of both methods (mean over seeds, smoothed) at each learning rate; right: the
+    paired gap in final held-out loss per learning rate with its 95 % interval and the margin ±``margin``."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from ..plots import PALETTE
+
+    fig, (ax, ax_gap) = plt.subplots(1, 2, figsize=(10, 3.8))
+    colours = dict(zip(sorted(long.lr.unique()), sns.color_palette(PALETTE, max(1, long.lr.nunique()))))
+    for (lr, method), part in long.groupby(["lr", "method"]):
+        curve = np.mean(np.array(part.losses.tolist(), dtype=float), axis=0)
+        smooth = pd.Series(curve).rolling(max(1, len(curve) // SMOOTHING_FRACTION), min_periods=1).mean()
+        steps = np.arange(1, len(curve) + 1) * int(part.window.iloc[0])
+        ax.plot(steps, smooth, color=colours[lr], ls="--" if method == "2bw" else "-", lw=1.0,
+                label=f"{LONG_NAMES.get(method, method)}, lr {lr:g}")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (nats/byte, smoothed)")
+    if ax.get_lines():
+        ax.legend(fontsize="x-small")
+    x = np.arange(len(gaps))
+    ax_gap.errorbar(x, gaps.gap, yerr=np.nan_to_num(np.array([gaps.gap - gaps.low, gaps.high - gaps.gap])), fmt="o",
+                    capsize=4, color="C0", label="2BW − no pipeline (95 % CI)")
+    ax_gap.axhspan(-margin, margin, color="grey", alpha=0.2, label=f"margin ±{margin:g}")
+    ax_gap.axhline(0, color="grey", lw=0.8)
+    ax_gap.set_xticks(x, [f"lr {lr:g}" for lr in gaps.lr])
+    ax_gap.set_ylabel("final held-out loss gap (nats/byte)")
+    ax_gap.legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig

@@ -40,6 +40,12 @@ RHO = 0.7
 RHO_RANGE = (0.5, 0.6, 0.7, 0.8, 0.9)
 # A speed-up: more than 1 means faster; tried from a tie up to a clear margin.
 SPEEDUP_RANGE = (0.95, 1.0, 1.05, 1.10)
+# Convergence: the final held-out loss of two methods is "equivalent" when the 95 % interval of their paired gap lies
+# inside ± this margin (nats per byte), declared before the long study ran.
+EQUIVALENCE_MARGIN = 0.02
+# A test of "no effect" on the repeats (a permutation test): the usual 5 % level, tried from 1 % to 10 %.
+P_VALUE = 0.05
+P_RANGE = (0.01, 0.05, 0.10)
 
 
 @dataclass(frozen=True)
@@ -171,12 +177,22 @@ RULES = {rule.chapter: rule for rule in (
                   "buffers)", "the saved tensors are counted", "some saved tensors are missed",
                   (0.01, 0.02, 0.05, 0.10)))),
     Rule("dp_zero", "Do communication block size and waiting time matter? (claim 3)", (
-        Criterion("bucket_spread", "the change of DDP's median iteration time across bucket sizes", ">=", 0.05,
-                  ".0%", "a change a user would notice", "the bucket size changes the step time noticeably",
-                  "the bucket size barely changes the step time", (0.02, 0.05, 0.10, 0.20)),
-        Criterion("over_noise", "that change over the step-to-step spread", ">=", 1.0, ".2f",
-                  "more than the noise of the steps", "the change stands out of the noise",
-                  "the change is within the noise", (0.5, 1.0, 2.0, 3.0)))),
+        Criterion("bucket_spread", "the change of DDP's iteration time across bucket sizes on this machine (slowest "
+                  "over fastest mean of the repeats)", ">=", 0.05, ".0%", "a change a user would notice",
+                  "the bucket size changes the step time noticeably", "the bucket size barely changes the step time",
+                  (0.02, 0.05, 0.10, 0.20)),
+        Criterion("bucket_p", "the permutation p-value of that change", "<=", P_VALUE, ".2g",
+                  "the usual 5 % test level, paid for picking the slowest and fastest sizes after the fact",
+                  "the change is beyond the run-to-run noise", "the change is within the run-to-run noise", P_RANGE),
+        Criterion("slow_spread", "the same change on an emulated slow link", ">=", 0.05, ".0%",
+                  "a change a user would notice", "on a slow link the bucket size matters",
+                  "even on a slow link the bucket size barely matters", (0.02, 0.05, 0.10, 0.20)),
+        Criterion("slow_p", "its permutation p-value", "<=", P_VALUE, ".2g", "the usual 5 % test level",
+                  "the slow link's change is beyond the noise", "the slow link's change is within the noise", P_RANGE),
+        Criterion("waiting_share", "the largest share of its step a rank spends waiting for communication "
+                  "(DDP at the default bucket, or a pipeline stage)", ">=", 0.10, ".0%",
+                  "a tenth of the step is worth a user's attention", "waiting is a sizeable part of the step",
+                  "waiting is a small part of every rank's step", (0.05, 0.10, 0.20, 0.30)))),
     Rule("tensor_parallel", "What do tensor and sequence parallelism cost and save?", (
         Criterion("states_error", "the largest |error| of a rank's model states", "<=", 0.10, ".0%",
                   "bytes are counted, so a tenth is generous", "the shards' states are predicted",
@@ -198,10 +214,11 @@ RULES = {rule.chapter: rule for rule in (
         Criterion("speedup_2bw", "the smallest measured speed-up of 2BW over 1F1B", ">=", 1.0, ".2f",
                   "2BW drops the flush, so it must not be slower", "2BW gains from dropping the flush",
                   "2BW is slower than 1F1B somewhere", SPEEDUP_RANGE))),
-    Rule("partitioning", "Can a poor pipeline partition raise *total* memory? (claim 2)", (
-        Criterion("rise", "the largest rise of the measured total memory over the uniform split, under 1F1B",
+    Rule("partitioning", "Does a realistic pipeline partitioner raise *total* memory? (claim 2)", (
+        Criterion("rise", "the largest rise of the measured total memory over the uniform split among the realistic "
+                  "partitioners (balanced by parameters, by time, by FLOPs), under 1F1B",
                   ">=", 0.02, ".1%", "accounting is exact to the byte, so 2 % is far above run-to-run differences",
-                  "a partition raises the total", "no partition raises the total noticeably",
+                  "a realistic partitioner raises the total", "no realistic partitioner raises the total noticeably",
                   (0.005, 0.01, 0.02, 0.05, 0.10)),)),
     Rule("pp_vs_dp", "Does pipeline parallelism beat data parallelism? (claim 1)", (
         _every("measured_share", "measured configurations in which the pipeline is faster",
@@ -214,8 +231,11 @@ RULES = {rule.chapter: rule for rule in (
         Criterion("speedup", "the lower 95 % bound of 2BW's speed-up over Flush on the same engine, at the m where "
                   "it is smallest", ">=", 1.0, ".2f", "2BW must be faster at every m, beyond the run-to-run noise",
                   "2BW is faster at every m", "2BW is not clearly faster at some m", SPEEDUP_RANGE),
-        _every("tracks", "heads whose final loss stays within the seed-to-seed spread of vanilla training",
-               "the delayed update does no measurable harm", "the delayed update hurts the final loss"))),
+        Criterion("gap_bound", "the largest |end| of the 95 % intervals of the paired gap in final held-out loss, 2BW "
+                  "against training without a pipeline (long study, every learning rate)", "<=", EQUIVALENCE_MARGIN,
+                  ".3f", "an equivalence margin of 0.02 nats per byte, about 1 % of the loss these byte-level "
+                  "models reach", "2BW's final held-out loss is equivalent within the margin",
+                  "2BW's final held-out loss is not shown equivalent within the margin", (0.01, 0.02, 0.05, 0.10)))),
     Rule("planner", "Does the planner pick what runs fastest, and the paper's depths?", (
         Criterion("rho", "Spearman's ρ of the predicted with the measured ranking", ">=", RHO, "+.2f",
                   "a strong rank correlation", "the ranking follows the measurements",

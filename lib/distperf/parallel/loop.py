@@ -135,6 +135,11 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         times.append(time.perf_counter() - t0)
         losses.append(loss)
     trainer.finish()
+    held_out = None
+    if opts.eval_batches:  # before the measurement steps, which train on
+        from .held_out import held_out_loss
+
+        held_out = held_out_loss(cfg.model, trainer, source, opts.eval_batches, batch, distributed)
 
     # Global mean loss of each step: the mean over the ranks that computed one (each holds the mean
     # of an equal share of the batch). Slowest rank's time per step.
@@ -164,6 +169,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         "backend": dist.get_backend() if distributed else None,
         "torch": torch.__version__,
         "losses": global_losses,
+        "held_out_loss": held_out,
         "iteration_time_s": {"median": median, "p10": _percentile(timed, 0.1), "p90": _percentile(timed, 0.9),
                              "steps": step_times.tolist(), "warmup_steps_excluded": len(step_times) - len(timed),
                              "barrier_before_each_step": barrier},

@@ -10,9 +10,12 @@ one layer, contiguous, in order.
 - ``time``: balance measured forward + backward time per stage (embedding, one layer, head + loss
   timed on the run's device at the run's microbatch size), the quantity that sets a pipeline's
   throughput (its slowest stage);
+- ``flops``: balance the forward FLOPs per stage as the cost model counts them, the head's logit
+  product 2bshV included (:mod:`distperf.cost.flops`; the embedding is a lookup, no FLOPs): the
+  embedding- and head-aware analytical partition, which needs no measurement;
 - an explicit list (``--partition 3,1``), checked by :func:`distperf.config.validate`.
 
-``params`` and ``time`` minimise the largest stage cost (min–max contiguous partition by dynamic
+``params``, ``time`` and ``flops`` minimise the largest stage cost (min–max contiguous partition by dynamic
 programming, Bokhari 1988; PipeDream's partitioner solves the same problem for per-layer costs).
 """
 from __future__ import annotations
@@ -22,7 +25,7 @@ from functools import lru_cache
 
 from ..config import Config, ModelSpec, uniform_partition, validate
 
-POLICIES = ("uniform", "params", "time")
+POLICIES = ("uniform", "params", "time", "flops")
 
 
 def balanced(layer_cost: list[float], first_extra: float, last_extra: float, stages: int) -> tuple[int, ...]:
@@ -67,6 +70,17 @@ def parameter_costs(spec: ModelSpec, pp: int) -> tuple[list[float], float, float
     embed = par.embedding_parameters(spec.hidden, spec.vocab, spec.seq)
     head = par.head_parameters(spec.hidden, spec.vocab, spec.tied, pp)
     return [float(layer)] * spec.layers, float(embed), float(head)
+
+
+def flop_costs(spec: ModelSpec, micro_batch: int) -> tuple[list[float], float, float]:
+    """Forward FLOPs of each layer (matrix products and attention scores,
+    :func:`distperf.cost.flops.layer_forward_flops`), of the embeddings (none: a lookup) and of the head's logits
+    (:func:`distperf.cost.flops.head_forward_flops`)."""
+    from ..cost import flops
+
+    b, s, h = micro_batch, spec.seq, spec.hidden
+    return ([float(flops.layer_forward_flops(b, s, h, spec.ffn))] * spec.layers, 0.0,
+            float(flops.head_forward_flops(b, s, h, spec.vocab)))
 
 
 def time_costs(spec: ModelSpec, micro_batch: int, device="cpu", repeats: int = 5) -> tuple[list[float], float, float]:
@@ -118,6 +132,8 @@ def resolve(cfg: Config, policy: str, device="cpu") -> Config:
         parts = balanced(*parameter_costs(spec, lay.pp), lay.stages)
     elif policy == "time":
         parts = balanced(*time_costs(spec, lay.micro_batch, device), lay.stages)
+    elif policy == "flops":
+        parts = balanced(*flop_costs(spec, lay.micro_batch), lay.stages)
     else:
         raise ValueError(f"partition policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     return validate(replace(cfg, layout=replace(lay, partition=tuple(parts))))

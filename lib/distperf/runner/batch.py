@@ -76,7 +76,8 @@ def batchable(cfg: Configuration) -> bool:
 
 def prepare(cfg: Configuration, repeat: int, timeout: float) -> Job:
     """The configuration's repeat as a job: its flags parsed and checked as ``distperf run`` does; repeats after
-    the first do not measure memory and communication. Raises ConfigError as ``run`` would (status 2)."""
+    the first do not measure memory and communication unless the configuration sets ``measure``. Raises
+    ConfigError as ``run`` would (status 2)."""
     from ..emulation.options import network_from_args
     from ..flags import config_and_policy, options_from_args
     from ..hardware import check_choice
@@ -92,7 +93,7 @@ def prepare(cfg: Configuration, repeat: int, timeout: float) -> Job:
     check_choice(args.hardware)
     if "timeout" not in cfg.params:  # as the sweep gives run: stop a hung launch before the sweep must kill it
         options = replace(options, timeout_s=max(1.0, 0.9 * timeout))
-    if repeat > 0:
+    if repeat > 0 and "measure" not in cfg.params:
         options = replace(options, measure=False)
     device = resolve_device(options.device)
     world = config.layout.world_size

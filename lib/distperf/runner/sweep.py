@@ -4,7 +4,8 @@ configuration and repeat.
 ``distperf run`` configurations run many to a launch (:mod:`distperf.runner.batch`): the configurations of one
 repeat round that share a world size, an environment and a network train one after another in the same process
 group, and each repeat round has launches of its own, so that the repeats of a configuration are independent
-processes. Only repeat 0 measures memory and communication (byte counts, the same in every run). With
+processes. Only repeat 0 measures memory and communication (byte counts, the same in every run), unless the
+configuration sets ``measure`` itself (``measure: true`` measures every repeat: waiting times vary). With
 ``batch=False`` (``sweep --one-per-process``), and for any other command, each configuration runs as ``python -m
 distperf run FLAGS --json`` (or the experiment's command) in a session of its own, with a timeout; at the timeout
 the whole process group gets SIGINT (``run`` then stops its ranks itself), then SIGKILL, and so does every process
@@ -118,13 +119,14 @@ def _last_error_line(text: str) -> str:
 
 def run_configuration(cfg: Configuration, timeout: float, cwd: Path, repeat: int = 0) -> Outcome:
     """Run one configuration in a fresh process group; never raises for the child's failures. A repeat after the
-    first of ``run`` measures no memory or communication (``--no-measure``)."""
+    first of ``run`` measures no memory or communication (``--no-measure``) unless the configuration sets
+    ``measure`` itself."""
     if cfg.command[:1] == ("distperf",):
         argv = [sys.executable, "-m", "distperf", cfg.command[1], *cfg.flags()]
         if cfg.command[1] == "run" and "timeout" not in cfg.params:
             # let run stop a hung launch itself (and say which rank hung) before we must kill it
             argv += ["--timeout", f"{max(1.0, 0.9 * timeout):g}"]
-        if cfg.command[1] == "run" and repeat > 0:
+        if cfg.command[1] == "run" and repeat > 0 and "measure" not in cfg.params:
             argv.append("--no-measure")
         argv.append("--json")
     else:
