@@ -34,3 +34,22 @@ def test_load_joins_fresh_and_reference_tables_without_a_warning(tmp_path, monke
         warnings.simplefilter("error")  # pandas warns when a column is inserted into a fragmented frame
         frame = results.load("exp", "cpu")
     assert frame.source.tolist() == ["fresh", "fresh", "reference"] and frame.shape == (3, 301)
+
+
+def test_an_archived_experiment_is_read_from_the_reference_tables_alone(tmp_path, monkeypatch):
+    import pytest
+
+    from distperf import results
+
+    monkeypatch.setattr(results, "DATA", tmp_path)
+    monkeypatch.setattr(results, "fresh_dir", lambda scale: tmp_path / "fresh" / scale)
+    with pytest.raises(FileNotFoundError, match="make data"):
+        results.load("long", "cpu")
+    with pytest.raises(FileNotFoundError, match="no table of long"):
+        results.load("long", "cpu", archived=True)
+    write_csv_atomic(pd.DataFrame({"x": [1, 2]}), tmp_path / "reference" / "cpu-2c" / "long.csv")
+    assert results.load("long", "cpu", archived=True).source.tolist() == ["reference", "reference"]
+    with pytest.raises(FileNotFoundError):
+        results.load("long", "cpu")  # an experiment of the build still needs its fresh table
+    write_csv_atomic(pd.DataFrame({"x": [3]}), tmp_path / "fresh" / "cpu" / "long.csv")
+    assert results.load("long", "cpu", archived=True).source.tolist() == ["fresh", "reference", "reference"]

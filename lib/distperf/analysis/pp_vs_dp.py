@@ -7,7 +7,7 @@ against the link rate.
 - the crossover where PP/DP crosses 1 (:func:`crossover`), and the highest link rate at which the pipeline still
   wins (:func:`last_pipeline_win`);
 - the measured runs with their predictions and errors (:func:`measured_runs`), who wins each configuration
-  within the noise (:func:`winner_table`, :func:`winner_counts`) and the sentences built from them;
+  beyond the repeats' 95 % interval (:func:`winner_table`, :func:`winner_counts`) and the sentences built from them;
 - the framework's PP/DP on a two-node cluster across models, batches and link bandwidths
   (:func:`throughput_ratio`, :func:`cluster_grid`, :func:`bandwidth_sweep`) and the chapter's verdict.
 """
@@ -21,14 +21,15 @@ import pandas as pd
 from .. import presets, results
 from ..config import Config, Layout, Training, validate
 from ..cost import predict
+from .repeats import ratio_interval
 from .rows import PROFILED_ITERATION, config_of_row, global_batch, ok
 from .verdicts import share
 
 PP_LAYOUT, DP_LAYOUT = "PP 2 (1F1B)", "DP 2"
 LAYOUT_COLOURS = {DP_LAYOUT: "C0", PP_LAYOUT: "C1"}
 ERROR_TABLE_FORMAT = {"measured tokens/s": "{:,.0f}", "predicted tokens/s": "{:,.0f}", "signed error": "{:+.0%}"}
-WINNER_TABLE_FORMAT = {"measured PP/DP": "{:.2f}", "predicted PP/DP": "{:.2f}", "noise": "±{:.0%}",
-                       "profiled PP/DP": "{:.2f}", "signed error of PP/DP": "{:+.0%}"}
+WINNER_TABLE_FORMAT = {"measured PP/DP": "{:.2f}", "predicted PP/DP": "{:.2f}", "low": "{:.2f}", "high": "{:.2f}",
+                       "profiled PP/DP": "{:.2f}", "signed error of PP/DP": "{:+.0%}", "PP/DP memory": "{:.2f}"}
 
 
 def layout_names(frame):
@@ -70,8 +71,17 @@ def measured_runs(runs, hw):
     """The runs that succeeded, with ``layout``, ``model``, global batch ``B``, the cost model's ``prediction``
     on ``hw``, ``tokens`` per iteration (B · seq), ``measured`` and ``predicted`` tokens/s and their signed
     ``error``; ``profiled`` tokens/s and ``profiled_error`` from the run's own prediction with profiled layer
-    times (NaN where it has none); ``spread``, the step-to-step p10–p90 range over the median."""
+    times (NaN where it has none); ``spread``, the step-to-step p10–p90 range over the median; ``repeat_times``, the
+    median step of each of the configuration's repeats (the interval of :func:`winner_table` rests on them); and
+    ``memory``, the peak bytes of the most loaded rank where measured (NaN otherwise)."""
+    repeats = {}
+    if "config_hash" in runs:
+        for key, part in runs[runs["status"] == "ok"].groupby("config_hash"):
+            repeats[key] = part["iteration_time_s.median"].astype(float).tolist()
     runs = ok(runs)
+    runs["repeat_times"] = [repeats.get(h, [t]) for h, t in zip(runs.get("config_hash", [None] * len(runs)),
+                                                                  runs["iteration_time_s.median"])]
+    runs["memory"] = runs["memory_bytes.total"].astype(float) if "memory_bytes.total" in runs else np.nan
     runs["layout"] = layout_names(runs)
     runs["model"] = runs["config.model.name"]
     runs["B"] = global_batch(runs)
@@ -103,21 +113,28 @@ def hardware_text(hw) -> str:
 
 
 def winner_table(runs):
-    """Per (model, B): measured and predicted PP/DP (and profiled, where the runs have it), the ``noise`` (the
-    larger ``spread`` of the two runs), the measured winner — 'tie' when |log PP/DP| ≤ noise, else 'PP' or
-    'DP' —, the predicted winner, and whether the framework is right ('–' for a tie)."""
+    """Per (model, B): measured and predicted PP/DP (and profiled, where the runs have it), its 95 % interval over
+    the repeats (``low``, ``high``: :func:`.repeats.ratio_interval` of DP's repeat times over PP's, the throughput
+    ratio at equal tokens; NaN with a single run of either), the measured winner — 'PP' when the interval lies
+    above 1, 'DP' when below, else 'tie' (also with a single run: one run decides nothing) —, the predicted winner,
+    whether the framework is right ('–' for a tie), and ``PP/DP memory``, the most loaded rank's peak bytes of the
+    pipeline over data parallelism's (NaN where not measured)."""
     wide = runs.pivot_table(index=["model", "B"], columns="layout", values=["measured", "predicted", "profiled"],
                             dropna=False)
     ratio = pd.DataFrame({"measured PP/DP": pp_over_dp(wide["measured"]),
                           "predicted PP/DP": pp_over_dp(wide["predicted"])}).dropna()
-    ratio["noise"] = runs.pivot_table(index=["model", "B"], columns="layout", values="spread").max(axis=1)
+    times = {(r.model, r.B, r.layout): r.repeat_times for r in runs.itertuples()}
+    bounds = [ratio_interval(times[(m, b, DP_LAYOUT)], times[(m, b, PP_LAYOUT)])[1:] for m, b in ratio.index]
+    ratio["low"], ratio["high"] = [lo for lo, _ in bounds], [hi for _, hi in bounds]
     if "profiled" in wide:
         ratio["profiled PP/DP"] = pp_over_dp(wide["profiled"])
-    ratio["measured winner"] = np.where(abs(np.log(ratio["measured PP/DP"])) <= ratio.noise, "tie",
-                                        np.where(ratio["measured PP/DP"] > 1, "PP", "DP"))
+    ratio["measured winner"] = np.where(ratio.low > 1, "PP", np.where(ratio.high < 1, "DP", "tie"))
     ratio["predicted winner"] = np.where(ratio["predicted PP/DP"] > 1, "PP", "DP")
     ratio["framework right"] = np.where(ratio["measured winner"] == "tie", "–",
                                         np.where(ratio["measured winner"] == ratio["predicted winner"], "yes", "no"))
+    if "memory" in runs:
+        ratio["PP/DP memory"] = pp_over_dp(runs.pivot_table(index=["model", "B"], columns="layout", values="memory",
+                                                            dropna=False)).reindex(ratio.index)
     return ratio
 
 
@@ -284,7 +301,7 @@ def batch_wins_text(grid, batch: int) -> str:
 
 def statistics(counts: dict, configurations: int, cluster_wins: int, cells: int) -> dict:
     """The rule's statistics (:mod:`distperf.analysis.verdicts`): the share of measured configurations the pipeline
-    wins (beyond the noise: :func:`winner_table`) and the share of a cluster's cells in which the framework has it
+    wins (its 95 % interval above 1: :func:`winner_table`) and the share of a cluster's cells in which the framework has it
     win."""
     return {"measured_share": share(counts["pp_wins"], configurations),
             "predicted_share": share(cluster_wins, cells)}
