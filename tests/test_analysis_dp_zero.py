@@ -100,6 +100,15 @@ def test_every_run_keeps_each_repeat_of_the_runs_that_succeeded():
     assert dp.by_bucket(dp.every_run(pd.DataFrame({"status": ["skipped"]}))).bucket_mb.tolist() == []
 
 
+def test_every_run_drops_the_rows_of_an_earlier_model():
+    old = dict(trained(2, 0, 1.0, median=5.0), date="2026-01-01T00:00:00Z", machine="m", source="fresh")
+    new = [dict(trained(2, 0, mb), **{"config.model.layers": 32}, date=f"2026-02-0{i + 1}T00:00:00Z", machine="m",
+                source="fresh") for i, mb in enumerate((1.0, 4.0))]
+    other = dict(trained(2, 0, 1.0, median=7.0), date="2026-01-01T00:00:00Z", machine="gpu", source="reference")
+    kept = dp.every_run(pd.DataFrame([old, *new, other]))
+    assert kept["iteration_time_s.median"].tolist() == [0.01, 0.01, 7.0]  # another machine keeps its own model
+
+
 def test_bucket_sizes_average_the_repeats_with_an_interval():
     sizes = dp.bucket_sizes(sweep(timed(4, 0.010, 0.012, 0.011, **{dp.EXPOSED: 0.002}), timed(1, 0.02)))
     assert sizes.bucket_mb.tolist() == [1, 4] and sizes.repeats.tolist() == [1, 3]

@@ -33,10 +33,23 @@ ALLREDUCE = "communication.time_s.data_parallel"
 PER_RANK = "communication.per_rank"
 
 
+MODEL_KEYS = ("config.model.name", "config.model.layers", "config.model.hidden", "config.model.seq",
+              "config.layout.micro_batch")
+
+
 def every_run(frame):
     """Every repeat that succeeded (status ``ok``), not folded: the bucket sweep's effect is judged on the spread
-    between runs."""
-    return frame[frame["status"] == "ok"].copy()
+    between runs. A table that also holds rows of an earlier grid (another model: the resumable table keeps them)
+    gives only the rows of the model its latest row trained, per machine and source."""
+    runs = frame[frame["status"] == "ok"].copy()
+    keys = [k for k in MODEL_KEYS if k in runs]
+    if not keys or "date" not in runs or runs.empty:
+        return runs
+    groups = [k for k in ("machine", "source") if k in runs]
+    model = runs[keys].astype(str).agg("|".join, axis=1)
+    where = runs[groups].astype(str).agg("|".join, axis=1) if groups else pd.Series("", index=runs.index)
+    latest = model.groupby(where).agg(lambda m: m.loc[runs.loc[m.index, "date"].idxmax()])
+    return runs[model == where.map(latest)]
 
 
 def with_predictions(frame, hw):
