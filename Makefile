@@ -90,7 +90,7 @@ browser-check: $(HTML)/index.html chromium | $(INSTALLED)
 gpu-reference: | $(INSTALLED)
 	$(BIN)/python scripts/gpu_reference.py
 
-# The long convergence study of PipeDream-2BW (about 40 minutes on two cores, longer than a build may take):
+# The long convergence study of PipeDream-2BW (1 h 37 min on two cores, longer than a build may take):
 # archived to data/reference/<machine>/twobw_convergence_long.csv (scripts/convergence_reference.py).
 convergence-reference: | $(INSTALLED)
 	$(BIN)/python scripts/convergence_reference.py

@@ -36,7 +36,9 @@ def test_the_smoke_study_runs_and_the_archived_table_reads_back(tmp_path):
     table = pd.read_csv(out)
     assert (table.status == "ok").all() and table.loss_window.eq(convergence_reference.LOSS_WINDOW).all()
     steps = convergence_reference.GRIDS["smoke"]["steps"]
-    assert all(len(json.loads(x)) == -(-steps // convergence_reference.LOSS_WINDOW) for x in table.losses)
+    windows = -(-steps // convergence_reference.LOSS_WINDOW)
+    assert all(len(json.loads(x)) == windows for x in table.losses)
+    assert all(len(json.loads(x)) == windows for x in table["iteration_time_s.steps"])
     long = twobw.long_runs(table)
     assert long.steps.eq(len(json.loads(table.losses[0])) * convergence_reference.LOSS_WINDOW).all()
     assert (long.held_out > 0).all()
