@@ -6,6 +6,10 @@
 - pydata-sphinx-theme 0.17 writes ``data-mode = localStorage.mode || default_mode``; with no ``default_mode``
   in the page's context a first visit logs "Got invalid theme mode". It is set to ``auto`` (follow the
   system's light or dark preference) unless ``html_context`` names one.
+
+And the landing page gathers every chapter's verdict (``distperf.analysis.findings``), which the chapters write as
+they execute: Sphinx reads (and myst-nb executes) pages in the order of their names, so the root page is read on
+every build and moved to the end of the reading list.
 """
 
 
@@ -23,6 +27,19 @@ def fix_page(app, pagename, templatename, context, doctree):
         context["script_files"] = unique
 
 
+def reread_root(app, env, added, changed, removed):
+    return [app.config.root_doc]
+
+
+def root_last(app, env, docnames):
+    root = app.config.root_doc
+    if root in docnames:
+        docnames.remove(root)
+        docnames.append(root)
+
+
 def setup(app):
     app.connect("html-page-context", fix_page, priority=900)
+    app.connect("env-get-outdated", reread_root)
+    app.connect("env-before-read-docs", root_last)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

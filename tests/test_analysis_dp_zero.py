@@ -140,10 +140,16 @@ def test_noise_alone_gives_a_large_p_value_and_no_u_shape():
 
 
 def test_the_exposed_share_at_the_default_bucket():
+    # measured: each rank's exposed time over the step it was measured in (the waiting summary), as for waiting
     sizes = dp.bucket_sizes(sweep(timed(1, 0.02), timed(25, 0.01, **{dp.EXPOSED: 0.005})))
-    assert dp.exposed_sentence(sizes, True).startswith("exposed data-parallel communication was 50% of the iteration")
-    assert dp.exposed_sentence(sizes, False).startswith("the framework predicts exposed communication of 25%")
-    assert "nan%" in dp.exposed_sentence(sizes[sizes.bucket_mb != 25], True)
+    summary = pd.DataFrame({"label": ["dp 2, bucket 25 MiB"] * 2 + ["dp 2, bucket 1 MiB"], "rank": [1, 0, 0],
+                            "share": [0.1, 0.4, 0.9]})
+    assert dp.exposed_sentence(sizes, summary).startswith(
+        "exposed data-parallel communication at DDP's default 25 MiB bucket took 40% on rank 0, 10% on rank 1 of")
+    no_runs = summary.iloc[:0]
+    assert dp.exposed_sentence(sizes, no_runs).startswith("the framework predicts exposed communication of 25%")
+    assert dp.exposed_sentence(sizes, summary[summary.label != "dp 2, bucket 25 MiB"]).startswith("the framework")
+    assert "nan%" in dp.exposed_sentence(sizes[sizes.bucket_mb != 25], no_runs)
 
 
 def legend(ax):

@@ -177,12 +177,30 @@ def test_pipeline_sentences_with_and_without_a_crossover():
     assert set(texts) == set(net.PP_KEYS)
 
 
+def test_the_ratio_interval_per_rate_and_a_section_from_every_repeat():
+    rates = (1e9, 1e7)
+    rows = pd.DataFrame([_row(pp, rate, t * (1 + 0.02 * k), config_hash=f"{pp}{rate}", repeat=k,
+                              **{"network.inter_bit_per_s": rate})
+                         for rate, dp_t, pp_t in zip(rates, (0.2, 0.2), (0.1, 0.4))
+                         for pp, t in ((1, dp_t), (2, pp_t)) for k in range(3)])
+    bounds = net.ratio_intervals(rows)
+    assert bounds.index.tolist() == [1e7, 1e9]
+    assert bounds.loc[1e7, "low"] < 0.5 < bounds.loc[1e7, "high"] < 1 < bounds.loc[1e9, "low"]
+    pp, measured_x, predicted_x, fig, texts, prov = net.pp_section(rows.assign(machine="m", date="2026-12-01",
+                                                                               commit="c", device_name="CPU"),
+                                                                    "", HW, FITS, {})
+    assert len(pp) == 4 and measured_x == pytest.approx(1e8)  # one row per configuration, repeats folded
+    plt.close(fig)
+
+
 def test_the_figures():
     pp = _pp_runs([0.2, 0.2], [0.1, 0.4], [1e9, 1e7])
     ratio = net.measured_ratio(pp)
     fig = net.draw_pp_vs_dp(pp, ratio, np.array([3.0, 0.3]), {"V100-16GB": 1e7}, rates=[1e6, 1e10])
     left, right = fig.axes
-    assert len(left.lines) == 5 and len(right.lines) == 4  # 2 layouts × (measured, predicted) + one target rate
+    # left: 2 layouts × (measured, predicted) + one target rate; right: measured (with 2 caps), predicted, the line
+    # at 1 and the target rate
+    assert len(left.lines) == 5 and len(right.lines) == 6
     assert [t.get_text() for t in right.texts] == ["like V100-16GB"]
     plt.close(fig)
     fig = net.draw_not_measured("root needed")
@@ -227,11 +245,13 @@ def test_placement_across_nodes_swaps_the_links():
     assert (across.inter_bandwidth, across.inter_latency) == (inside.intra_bandwidth, inside.intra_latency)
 
 
-def _placement(inside_time: float, across_time: float, rates=(2e7,)):
+def _placement(inside_time: float, across_time: float, rates=(2e7,), repeats=1, noise=0.01):
     rows = []
     for rate in rates:
-        rows += [_row(2, rate, inside_time, **{"options.mesh_order": "pp,dp,tp"}),
-                 _row(2, rate, across_time, **{"options.mesh_order": "dp,pp,tp"})]
+        for k in range(repeats):
+            jitter = 1 + noise * (k - (repeats - 1) / 2)
+            rows += [_row(2, rate, inside_time * jitter, **{"options.mesh_order": "pp,dp,tp"}),
+                     _row(2, rate, across_time * jitter, **{"options.mesh_order": "dp,pp,tp"})]
     return net.placement_rows(pd.DataFrame(rows), HW, FITS)
 
 
@@ -240,11 +260,14 @@ def test_placement_rows_gain_table_and_counts():
     assert place.placement.tolist() == [net.INSIDE, net.ACROSS] and place.measured.tolist() == [80, 40]
     gain = net.placement_gain(place)
     predicted = place.predicted.iloc[0] / place.predicted.iloc[1]
-    assert gain.link.tolist() == ["20 Mbit/s"] and gain["measured inside/across"].tolist() == [2.0]
+    assert gain.link.tolist() == ["20 Mbit/s"] and gain["measured inside/across"].tolist() == pytest.approx([2.0])
     assert gain["predicted inside/across"].tolist() == pytest.approx([predicted])
     assert net.placement_gain_text(gain) == f"20 Mbit/s: measured 2.00×, predicted {predicted:.2f}×"
     assert predicted > 1  # the gradients cross the slow link when the replicas sit across nodes
-    assert net.placement_counts(gain) == (1, 1)
+    assert net.placement_counts(gain) == (0, 0, 0)  # one run decides nothing
+    repeated = net.placement_gain(_placement(0.1, 0.2, repeats=3))
+    assert repeated.low.iloc[0] > 1 and net.placement_counts(repeated) == (1, 1, 1)
+    assert "measured 2.00× [" in net.placement_gain_text(repeated)
     table = net.placement_table(place)
     assert table.columns.tolist() == ["link", "placement", "measured samples/s", "predicted samples/s", "signed error"]
     assert table.placement.tolist() == [net.ACROSS, net.INSIDE]  # sorted by rate, then placement
@@ -253,10 +276,12 @@ def test_placement_rows_gain_table_and_counts():
 
 
 def test_placement_counts_on_each_side_of_one():
-    gain = pd.DataFrame({"measured inside/across": [1.2, 0.8, 1.1, 0.9],
-                         "predicted inside/across": [1.5, 1.5, 0.9, 0.9]})
-    assert net.placement_counts(gain) == (2, 2)  # right at the first and the last rate; inside wins at two
-    assert net.placement_counts(gain.iloc[:0]) == (0, 0)
+    gain = pd.DataFrame({"measured inside/across": [1.2, 0.8, 1.1, 0.9, 1.05],
+                         "low": [1.1, 0.7, 1.05, 0.8, 0.9], "high": [1.3, 0.9, 1.2, 0.95, 1.2],
+                         "predicted inside/across": [1.5, 1.5, 0.9, 0.9, 1.5]})
+    # right at the first and the fourth rate; inside wins beyond the interval at two; the last is a tie
+    assert net.placement_counts(gain) == (2, 2, 4)
+    assert net.placement_counts(gain.iloc[:0]) == (0, 0, 0)
 
 
 def test_the_network_verdict():
@@ -271,6 +296,8 @@ def test_the_network_verdict():
     assert verdict(True, 1e8, None, 2, 2, 2) == "depends"  # no measured crossover
     assert verdict(True, None, 1e8, 1, 1, 2) == "not reproduced"
     assert verdict(True, 1e8, 1e8, 0, 0, 0) == "reproduced"  # no placement runs: the crossover alone decides
+    # the framework's placements are judged on the decisive rates only
+    assert verdict(True, 1e8, 1e8, 1, 2, 2, 1) == "reproduced" and verdict(True, 1e8, 1e8, 0, 2, 2, 1) == "depends"
 
 
 def test_the_network_finding():

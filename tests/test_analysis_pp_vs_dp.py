@@ -218,20 +218,33 @@ def test_cluster_grid_figure_and_sentences():
 
 def test_the_verdict_and_its_sentences():
     pp = rule("pp_vs_dp")
-    assert pp.verdict(ana.statistics({"pp_wins": 3}, 3, 28, 28)) == "reproduced"
+    assert pp.verdict(ana.statistics({"pp_wins": 3}, 3, 28, 28)) == "reproduced"  # without the map: left out
     assert pp.verdict(ana.statistics({"pp_wins": 0}, 3, 0, 28)) == "not reproduced"
     assert pp.verdict(ana.statistics({"pp_wins": 2}, 3, 13, 28)) == "depends"  # measured half or more, cells not
     assert pp.verdict(ana.statistics({"pp_wins": 1}, 3, 14, 28)) == "depends"
     assert pp.verdict(ana.statistics({"pp_wins": 0}, 0, 0, 0)) == "not measured"
+    # the map's cells count among the measured ones, and its boundary decides a criterion of its own
+    placed = {"cells": 10, "pp_wins": 6, "dp_wins": 3, "ties": 1, "decisive": 9, "agree": 8}
+    misplaced = {**placed, "agree": 4}
+    assert ana.statistics({"pp_wins": 0}, 2, 14, 28, placed)["measured_share"] == 0.5
+    assert pp.verdict(ana.statistics({"pp_wins": 1}, 2, 14, 28, placed)) == "reproduced"
+    assert pp.verdict(ana.statistics({"pp_wins": 1}, 2, 14, 28, misplaced)) == "depends"
+    assert pp.verdict(ana.statistics({"pp_wins": 0}, 2, 0, 28, {**misplaced, "pp_wins": 0})) == "not reproduced"
     ratio = ana.winner_table(_winner_runs())
     counts = ana.winner_counts(ratio)
     assert ana.finding(ratio, counts, 14, 28) == (
-        "PP 2 beat DP 2 in 1 of 3 measured configurations, DP in 1, 1 ties (PP/DP 0.50–2.00); the framework named "
-        "the winner in 1 of 2 decisive cases and predicts PP wins on 25 Gbit/s links in 14 of 28 cells")
-    numbers = ("the measurements have the pipeline win 1 of 3 configurations (data parallelism 1, 1 ties), and the "
-               "framework has it win 14 of 28 cells of a 25 Gbit/s cluster")
-    assert ana.verdict_text("reproduced", counts, 3, 14, 28) == f"the pipeline's advantage holds in most cases: {numbers}"
-    assert ana.verdict_text("depends", counts, 3, 14, 28).startswith(
-        f"the pipeline's advantage depends on the setting: {numbers}. In the framework")
-    assert ana.verdict_text("not reproduced", counts, 3, 14, 28) == (
-        f"the pipeline's advantage does not show: {numbers}")
+        "on loopback PP 2 beat DP 2 in 1 of 3 configurations, DP in 1, 1 ties (PP/DP 0.50–2.00); the framework "
+        "predicts PP wins on 25 Gbit/s links in 14 of 28 cells")
+    assert "on emulated links PP won 6 of 10 cells, DP 3, the framework naming the winner of 8 of 9" in ana.finding(
+        ratio, counts, 14, 28, placed)
+    numbers = ("on loopback the measurements have the pipeline win 1 of 3 configurations (data parallelism 1, 1 ties); "
+               "the framework has the pipeline win 14 of 28 cells of a 25 Gbit/s cluster")
+    texts = {v: ana.verdict_text(v, counts, 3, 14, 28) for v in ("reproduced", "depends", "not reproduced")}
+    assert texts["reproduced"] == (
+        f"the pipeline's advantage holds in most cases and the framework places its boundary: {numbers}.")
+    assert texts["depends"].startswith("the pipeline's advantage holds in part of the map")
+    assert texts["not reproduced"].startswith("the pipeline's advantage does not show")
+    assert numbers in texts["depends"] and numbers in texts["not reproduced"]
+    with_map = ana.verdict_text("depends", counts, 3, 14, 28, placed, "tiny, B = 8: PP wins at 30 Mbit/s")
+    assert "on emulated links 6 of 10 cells (data parallelism 3, 1 ties)" in with_map
+    assert with_map.endswith("Where it wins: tiny, B = 8: PP wins at 30 Mbit/s.")

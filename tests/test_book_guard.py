@@ -49,3 +49,21 @@ def test_missing_figure_fails_the_build(tmp_path):
     result = build(tmp_path, GOOD + "\n```{figure} figures/missing.png\n:name: fig-missing\n\nA caption.\n```\n")
     assert result.returncode != 0
     assert "missing.png" in result.stdout + result.stderr
+
+
+def test_the_landing_page_is_read_last_and_on_every_build():
+    # it gathers the verdicts every chapter writes as it executes (distperf.analysis.findings)
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("distperf_offline", ROOT / "_ext" / "distperf_offline.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    app = SimpleNamespace(config=SimpleNamespace(root_doc="chapters/intro"))
+    docnames = ["chapters/calibration", "chapters/intro", "chapters/twobw"]
+    ext.root_last(app, None, docnames)
+    assert docnames == ["chapters/calibration", "chapters/twobw", "chapters/intro"]
+    assert ext.reread_root(app, None, set(), set(), set()) == ["chapters/intro"]
+    toc = (ROOT / "_toc.yml").read_text()
+    assert "root: chapters/intro" in toc
+    assert "execution_mode: force" in (ROOT / "chapters" / "intro.md").read_text().split("---")[1]

@@ -55,6 +55,10 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(tmp_path, capsys)
     parts = {(r["part"], r["micro_batch"]) for r in side["layers"]}
     assert parts == {("layer", 1), ("embedding", 1), ("head", 1)}
     assert all(r["forward_s"] > 0 and r["backward_s"] >= 0 for r in side["layers"])
+    # where the time went: each logged step with its start, in order, within the whole calibration
+    starts = [t for _, t in side["phases_s"]]
+    assert side["phases_s"][0][0].startswith("matrix products") and side["phases_s"][1][0] == "memory bandwidth"
+    assert starts == sorted(starts) and 0 <= starts[0] and starts[-1] <= side["seconds"]
 
     # the kernel time model's constants: measured tables, the wrappers, and the one fit, on the tiny preset
     k = hw.kernels

@@ -5,7 +5,6 @@ Real gloo ranks of the tiny model; a few seconds each.
 """
 from __future__ import annotations
 
-import pytest
 import torch
 from dist_harness import GLOBAL_BATCH, relative_error, run_options, spawn, tiny_spec
 

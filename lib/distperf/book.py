@@ -115,11 +115,13 @@ def glue_verdict(chapter: str, stats: dict, provenance: str) -> str:
     """Glue a chapter's verdict from its rule (:mod:`distperf.analysis.verdicts`) and ``stats``: ``verdict``,
     ``rule`` (the rule in words, printed before the result), ``rule-result`` (each criterion's value and meaning),
     ``rule-robustness`` (whether other thresholds change the verdict) and the table ``tbl-<chapter>-rule``
-    (underscores as hyphens). Returns the verdict."""
+    (underscores as hyphens), and write the verdict's record for the landing page
+    (:func:`distperf.analysis.findings.record`) beside the figures. Returns the verdict."""
     from myst_nb import glue
 
-    from .analysis import verdicts
+    from .analysis import findings, verdicts
 
+    findings.write_record(figures_dir(), findings.record(chapter, stats, provenance, results.book_scale()))
     rule = verdicts.rule(chapter)
     verdict = rule.verdict(stats)
     glue("verdict", verdict, display=False)

@@ -168,14 +168,17 @@ def p_text(p: float) -> str:
     return "no p-value (one run per size)" if p != p else f"p = {p:.2g}"
 
 
-def exposed_sentence(sizes, exposed: bool) -> str:
-    """The share of the iteration that data-parallel communication left exposed at DDP's default bucket: measured
-    where the runs measured it (``exposed``), else the framework's."""
+def exposed_sentence(sizes, summary) -> str:
+    """The share of each rank's measured step that data-parallel communication left exposed at DDP's default
+    bucket, from the waiting summary (:func:`waiting_summary`, whose share divides a rank's exposed time by the
+    step it was measured in, as for every rank's waiting); the framework's share where no run measured it."""
+    label = f"dp 2, bucket {float(DDP_BUCKET_MB):g} MiB"
+    part = summary[summary.label == label].dropna(subset=["share"]) if len(summary) else summary
+    if len(part):
+        ranks = ", ".join(f"{r.share:.0%} on rank {int(r.rank)}" for r in part.sort_values("rank").itertuples())
+        return (f"exposed data-parallel communication at DDP's default {DDP_BUCKET_MB} MiB bucket took {ranks} "
+                "of the measured step (mean over the repeats)")
     default = sizes[sizes.bucket_mb == float(DDP_BUCKET_MB)]
-    if exposed and len(default) and default[EXPOSED].notna().all():
-        share = (default[EXPOSED] / default.measured_s).iloc[0]
-        return (f"exposed data-parallel communication was {share:.0%} of the iteration at DDP's default "
-                f"{DDP_BUCKET_MB} MiB bucket (mean over the repeats)")
     share = (default.predicted_exposed_s / default.predicted_s).iloc[0] if len(default) else float("nan")
     return (f"the framework predicts exposed communication of {share:.0%} of the iteration at the default "
             f"{DDP_BUCKET_MB} MiB bucket (not measured in this build)")

@@ -24,6 +24,7 @@ from .. import book, presets, results
 from ..cost import predict
 from ..emulation import spec as netspec
 from .pp_vs_dp import DP_LAYOUT, PP_LAYOUT, crossover, layout_names, pp_over_dp
+from .repeats import ratio_interval
 from .rows import config_of_row, global_batch, ok
 from .verdicts import share
 
@@ -55,6 +56,17 @@ def ok_rows(experiment: str, scale: str | None = None):
     except FileNotFoundError:
         return None, "the experiment notebook has not run at this scale"
     return measured_or_why(frame)
+
+
+def all_rows(experiment: str, scale: str | None = None):
+    """Like :func:`ok_rows`, but every repeat's row (and every status) of an experiment with at least one run that
+    succeeded, for analyses that need the repeats themselves."""
+    try:
+        frame = results.load(experiment, scale)
+    except FileNotFoundError:
+        return None, "the experiment notebook has not run at this scale"
+    good, why = measured_or_why(frame)
+    return (frame, "") if good is not None else (None, why)
 
 
 def rate_text(bits: float) -> str:
@@ -170,6 +182,16 @@ def read_like_rates(directory) -> dict:
     return like_rates(json.loads(path.read_text()) if path.exists() else {})
 
 
+def main_slice(pp):
+    """The rows of the (model, global batch) swept over the most link rates: the experiment measures one slice
+    down to the rates "like" target clusters, and the others (the map of claim 1, :mod:`.pp_dp_map`) over fewer
+    rates; this chapter follows the first."""
+    batch = global_batch(pp)
+    rates = pp.groupby([pp["config.model.name"], batch])["network.inter_bit_per_s"].nunique()
+    model, size = rates.idxmax()
+    return pp[(pp["config.model.name"] == model) & (batch == size)].copy()
+
+
 def pp_vs_dp_rows(pp, hw, fits: dict):
     """The pipeline-against-data runs with their link ``rate`` (bit/s), ``layout``, global batch ``samples``,
     ``measured`` and ``predicted`` samples/s (the cost model on :func:`link_hardware` of one rank per node) and
@@ -213,16 +235,21 @@ def draw_like_rates(ax, like_bits: dict) -> None:
                     va="top", ha="right", fontsize="x-small")
 
 
-def draw_pp_vs_dp(pp, ratio, curve, like_bits: dict, rates=PREDICTED_RATES):
-    """Left: samples/s of each layout against the link rate, measured and predicted; right: PP/DP measured and
-    predicted (``curve`` at ``rates``) with the line PP/DP = 1; both with the target clusters' rates."""
+def draw_pp_vs_dp(pp, ratio, curve, like_bits: dict, intervals=None, rates=PREDICTED_RATES):
+    """Left: samples/s of each layout against the link rate, measured and predicted; right: PP/DP measured, with
+    its 95 % interval over the repeats where given (:func:`ratio_intervals`), and predicted (``curve`` at
+    ``rates``) with the line PP/DP = 1; both with the target clusters' rates."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.9))
     for (layout, part), colour in zip(pp.sort_values("rate").groupby("layout"), ("C0", "C1")):
         axes[0].plot(part.rate, part.measured, "o", color=colour, label=f"{layout}, measured")
         axes[0].plot(part.rate, part.predicted, "--x", color=colour, label=f"{layout}, predicted")
-    axes[1].plot(ratio.index, ratio.values, "o", color="C2", label="measured")
+    bounds = (intervals if intervals is not None else pd.DataFrame(columns=["low", "high"])).reindex(ratio.index)
+    below = (ratio - bounds.low).clip(lower=0).fillna(0).values
+    above = (bounds.high - ratio).clip(lower=0).fillna(0).values
+    axes[1].errorbar(ratio.index, ratio.values, yerr=[below, above], fmt="o", color="C2", capsize=3,
+                     label="measured (95 % interval)")
     axes[1].plot(rates, curve, "--", color="C2", label="predicted")
     axes[1].axhline(1, color="grey", lw=0.8)
     for ax in axes:
@@ -351,13 +378,19 @@ def placement_rows(place, hw, fits: dict):
 
 
 def placement_gain(place):
-    """Per link rate (as text): throughput with the replicas inside a node over across nodes, measured and
+    """Per link rate (as text): throughput with the replicas inside a node over across nodes, measured (the ratio
+    of the geometric means of the repeats' median steps, at equal samples) with its 95 % interval ``low``,
+    ``high`` over the repeats (:func:`.repeats.ratio_interval`; NaN with one run of either placement) and
     predicted; rates where one placement did not run are dropped."""
-    wide = place.pivot_table(index="rate", columns="placement", values=["measured", "predicted"])
-    gain = pd.DataFrame({"link": [rate_text(r) for r in wide.index],
-                         "measured inside/across": (wide["measured"][INSIDE] / wide["measured"][ACROSS]).values,
-                         "predicted inside/across": (wide["predicted"][INSIDE] / wide["predicted"][ACROSS]).values})
-    return gain.dropna()
+    out = []
+    for rate, part in place.groupby("rate", sort=True):
+        inside, across = part[part.placement == INSIDE], part[part.placement == ACROSS]
+        if not len(inside) or not len(across):
+            continue
+        ratio, low, high = ratio_interval(across["iteration_time_s.median"], inside["iteration_time_s.median"])
+        out.append({"link": rate_text(rate), "measured inside/across": ratio, "low": low, "high": high,
+                    "predicted inside/across": inside.predicted.iloc[0] / across.predicted.iloc[0]})
+    return pd.DataFrame(out, columns=["link", "measured inside/across", "low", "high", "predicted inside/across"])
 
 
 def placement_table(place):
@@ -369,29 +402,49 @@ def placement_table(place):
     return table.rename(columns={"rate": "link", "measured": "measured samples/s", "predicted": "predicted samples/s"})
 
 
-def placement_counts(gain) -> tuple[int, int]:
-    """At how many rates the framework predicts the faster placement (``right``), and at how many keeping the
-    replicas inside a node is measured faster (``inside_wins``)."""
-    right = int(((gain["measured inside/across"] > 1) == (gain["predicted inside/across"] > 1)).sum())
-    return right, int((gain["measured inside/across"] > 1).sum())
+def placement_counts(gain) -> tuple[int, int, int]:
+    """At how many rates keeping the replicas inside a node is measured faster beyond the repeats' interval
+    (``inside_wins``: ``low`` above 1), at how many one placement wins either way (``decisive``), and at how many
+    of those the framework predicts the winner (``right``): (right, inside_wins, decisive). One run decides
+    nothing."""
+    inside = gain["low"] > 1
+    decisive = inside | (gain["high"] < 1)
+    right = decisive & ((gain["measured inside/across"] > 1) == (gain["predicted inside/across"] > 1))
+    return int(right.sum()), int(inside.sum()), int(decisive.sum())
 
 
 def placement_gain_text(gain) -> str:
-    """'rate: measured x×, predicted y×; ...' for each rate of :func:`placement_gain`."""
-    return "; ".join(f"{r.link}: measured {r['measured inside/across']:.2f}×, predicted "
+    """'rate: measured x× [low, high], predicted y×; ...' for each rate of :func:`placement_gain`."""
+    def interval(r):
+        return "" if r["low"] != r["low"] else f" [{r['low']:.2f}, {r['high']:.2f}]"
+
+    return "; ".join(f"{r.link}: measured {r['measured inside/across']:.2f}×{interval(r)}, predicted "
                      f"{r['predicted inside/across']:.2f}×" for _, r in gain.iterrows())
 
 
+def ratio_intervals(pp):
+    """Per link rate, the 95 % interval of PP/DP over the repeats (``low``, ``high``: :func:`.repeats.ratio_interval`
+    of DP's run medians over PP's), from every repeat's row of one (model, batch)."""
+    pp = pp.assign(rate=pp["network.inter_bit_per_s"].astype(float), layout=layout_names(pp))
+    out = {}
+    for rate, part in pp.groupby("rate", sort=True):
+        times = {k: g["iteration_time_s.median"].astype(float) for k, g in part.groupby("layout")}
+        if DP_LAYOUT in times and PP_LAYOUT in times:
+            out[rate] = ratio_interval(times[DP_LAYOUT], times[PP_LAYOUT])[1:]
+    return pd.DataFrame(out.values(), index=list(out), columns=["low", "high"])
+
+
 def pp_section(pp, why: str, hw, fits: dict, like_bits: dict):
-    """The pipeline-against-data section: (rows with predictions, measured crossover, predicted crossover, figure,
-    sentences by glue key, provenance); rows and crossovers None, and every sentence 'not measured (why)', when
-    no run of it ran."""
+    """The pipeline-against-data section from every repeat's row (:func:`all_rows`): (rows with predictions, one
+    per configuration, measured crossover, predicted crossover, figure, sentences by glue key, provenance); rows
+    and crossovers None, and every sentence 'not measured (why)', when no run of it ran."""
     if pp is None:
         return None, None, None, draw_not_measured(why), not_measured_texts(PP_KEYS, why), book.model_provenance()
-    pp = pp_vs_dp_rows(pp, hw, fits)
+    every = main_slice(pp[pp["status"] == "ok"])
+    pp = pp_vs_dp_rows(ok(every), hw, fits)
     ratio, curve = measured_ratio(pp), predicted_ratio(pp, hw, fits)
     measured_x, predicted_x = crossovers(ratio, curve)
-    return (pp, measured_x, predicted_x, draw_pp_vs_dp(pp, ratio, curve, like_bits),
+    return (pp, measured_x, predicted_x, draw_pp_vs_dp(pp, ratio, curve, like_bits, ratio_intervals(every)),
             pp_texts(pp, ratio, measured_x, predicted_x, like_bits), book.provenance_caption(pp))
 
 
@@ -403,16 +456,19 @@ def bucket_section(bucket, why: str, hw, fits: dict):
     return draw_bucket(bucket), bucket_texts(bucket), book.provenance_caption(bucket)
 
 
-def statistics(measured_any: bool, measured_x, predicted_x, place_right: int, inside_wins: int, rates: int) -> dict:
+def statistics(measured_any: bool, measured_x, predicted_x, place_right: int, inside_wins: int, rates: int,
+               decisive: int | None = None) -> dict:
     """The rule's statistics (:mod:`distperf.analysis.verdicts`): the factor between the measured and the predicted
-    crossover link rates (infinite where either was not found; NaN without pipeline runs), and the shares of the
-    placement runs' link ``rates`` at which the framework names the faster placement and at which replicas inside
-    a node are faster."""
+    crossover link rates (infinite where either was not found; NaN without pipeline runs); the share of the
+    ``decisive`` placement rates (default: all ``rates``) at which the framework names the faster placement, and
+    the share of the placement runs' link ``rates`` at which replicas inside a node are faster beyond the
+    repeats' interval (:func:`placement_counts`)."""
     if not measured_any:
         return {"crossover_factor": math.nan, "placement_right": math.nan, "inside_wins": math.nan}
     factor = (max(measured_x / predicted_x, predicted_x / measured_x) if measured_x is not None
               and predicted_x is not None else math.inf)
-    return {"crossover_factor": float(factor), "placement_right": share(place_right, rates),
+    return {"crossover_factor": float(factor), "placement_right": share(place_right, rates if decisive is None
+                                                                        else decisive),
             "inside_wins": share(inside_wins, rates)}
 
 def finding(measured_any: bool, measured_x, predicted_x, inside_wins: int, rates: int) -> str:

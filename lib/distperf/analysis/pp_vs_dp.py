@@ -69,7 +69,7 @@ def last_pipeline_win(rates, ratios):
 
 def measured_runs(runs, hw):
     """The runs that succeeded, with ``layout``, ``model``, global batch ``B``, the cost model's ``prediction``
-    on ``hw``, ``tokens`` per iteration (B · seq), ``measured`` and ``predicted`` tokens/s and their signed
+    on ``hw`` (a hardware profile, or a function of the row that returns one: an emulated link's), ``tokens`` per iteration (B · seq), ``measured`` and ``predicted`` tokens/s and their signed
     ``error``; ``profiled`` tokens/s and ``profiled_error`` from the run's own prediction with profiled layer
     times (NaN where it has none); ``spread``, the step-to-step p10–p90 range over the median; ``repeat_times``, the
     median step of each of the configuration's repeats (the interval of :func:`winner_table` rests on them); and
@@ -85,7 +85,8 @@ def measured_runs(runs, hw):
     runs["layout"] = layout_names(runs)
     runs["model"] = runs["config.model.name"]
     runs["B"] = global_batch(runs)
-    runs["prediction"] = [predict(config_of_row(r), hw) for _, r in runs.iterrows()]
+    hardware = hw if callable(hw) else lambda _: hw
+    runs["prediction"] = [predict(config_of_row(r), hardware(r)) for _, r in runs.iterrows()]
     runs["tokens"] = runs.B * runs["config.model.seq"]
     runs["measured"] = runs.tokens_per_s
     runs["predicted"] = runs.tokens / [p["time_s"]["iteration"] for p in runs.prediction]
@@ -112,19 +113,19 @@ def hardware_text(hw) -> str:
             f"{hw.flops_fp32 * hw.flops_efficiency / 1e9:.0f} GFLOP/s")
 
 
-def winner_table(runs):
-    """Per (model, B): measured and predicted PP/DP (and profiled, where the runs have it), its 95 % interval over
-    the repeats (``low``, ``high``: :func:`.repeats.ratio_interval` of DP's repeat times over PP's, the throughput
-    ratio at equal tokens; NaN with a single run of either), the measured winner — 'PP' when the interval lies
-    above 1, 'DP' when below, else 'tie' (also with a single run: one run decides nothing) —, the predicted winner,
-    whether the framework is right ('–' for a tie), and ``PP/DP memory``, the most loaded rank's peak bytes of the
-    pipeline over data parallelism's (NaN where not measured)."""
-    wide = runs.pivot_table(index=["model", "B"], columns="layout", values=["measured", "predicted", "profiled"],
-                            dropna=False)
+def winner_table(runs, index=("model", "B")):
+    """Per ``index`` (model and B; the map adds the link ``rate``): measured and predicted PP/DP (and profiled, where
+    the runs have it), its 95 % interval over the repeats (``low``, ``high``: :func:`.repeats.ratio_interval` of
+    DP's repeat times over PP's, the throughput ratio at equal tokens; NaN with a single run of either), the
+    measured winner — 'PP' when the interval lies above 1, 'DP' when below, else 'tie' (also with a single run: one
+    run decides nothing) —, the predicted winner, whether the framework is right ('–' for a tie), and ``PP/DP
+    memory``, the most loaded rank's peak bytes of the pipeline over data parallelism's (NaN where not measured)."""
+    index = list(index)
+    wide = runs.pivot_table(index=index, columns="layout", values=["measured", "predicted", "profiled"], dropna=False)
     ratio = pd.DataFrame({"measured PP/DP": pp_over_dp(wide["measured"]),
                           "predicted PP/DP": pp_over_dp(wide["predicted"])}).dropna()
-    times = {(r.model, r.B, r.layout): r.repeat_times for r in runs.itertuples()}
-    bounds = [ratio_interval(times[(m, b, DP_LAYOUT)], times[(m, b, PP_LAYOUT)])[1:] for m, b in ratio.index]
+    times = {(*(getattr(r, k) for k in index), r.layout): r.repeat_times for r in runs.itertuples()}
+    bounds = [ratio_interval(times[(*key, DP_LAYOUT)], times[(*key, PP_LAYOUT)])[1:] for key in ratio.index]
     ratio["low"], ratio["high"] = [lo for lo, _ in bounds], [hi for _, hi in bounds]
     if "profiled" in wide:
         ratio["profiled PP/DP"] = pp_over_dp(wide["profiled"])
@@ -133,7 +134,7 @@ def winner_table(runs):
     ratio["framework right"] = np.where(ratio["measured winner"] == "tie", "–",
                                         np.where(ratio["measured winner"] == ratio["predicted winner"], "yes", "no"))
     if "memory" in runs:
-        ratio["PP/DP memory"] = pp_over_dp(runs.pivot_table(index=["model", "B"], columns="layout", values="memory",
+        ratio["PP/DP memory"] = pp_over_dp(runs.pivot_table(index=index, columns="layout", values="memory",
                                                             dropna=False)).reindex(ratio.index)
     return ratio
 
@@ -299,32 +300,48 @@ def batch_wins_text(grid, batch: int) -> str:
     return f"{(part.ratio > 1).sum()} of {len(part)} models at B = {batch}"
 
 
-def statistics(counts: dict, configurations: int, cluster_wins: int, cells: int) -> dict:
-    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the share of measured configurations the pipeline
-    wins (its 95 % interval above 1: :func:`winner_table`) and the share of a cluster's cells in which the framework has it
-    win."""
-    return {"measured_share": share(counts["pp_wins"], configurations),
+def statistics(counts: dict, configurations: int, cluster_wins: int, cells: int,
+               map_counts: dict | None = None) -> dict:
+    """The rule's statistics (:mod:`distperf.analysis.verdicts`): the share of measured cells the pipeline wins
+    (its 95 % interval above 1: :func:`winner_table`), over the loopback configurations and the cells of the
+    emulated-link map (``map_counts``, :func:`.pp_dp_map.boundary_counts`; None without the map); the share of the
+    map's decisive cells whose winner the framework names (NaN without the map); and the share of a cluster's cells
+    in which the framework has the pipeline win."""
+    map_counts = map_counts or {"cells": 0, "pp_wins": 0, "decisive": 0, "agree": 0}
+    return {"measured_share": share(counts["pp_wins"] + map_counts["pp_wins"], configurations + map_counts["cells"]),
+            "boundary_agree": share(map_counts["agree"], map_counts["decisive"]),
             "predicted_share": share(cluster_wins, cells)}
 
-def finding(ratio, counts: dict, cluster_wins: int, cells: int) -> str:
-    """The chapter's one-line finding: measured wins and ties, the PP/DP range, the framework's agreement and
-    the cluster cells where it predicts the pipeline wins."""
-    return (f"PP 2 beat DP 2 in {counts['pp_wins']} of {len(ratio)} measured configurations, DP in "
+
+def finding(ratio, counts: dict, cluster_wins: int, cells: int, map_counts: dict | None = None) -> str:
+    """The chapter's one-line finding: measured wins and ties on loopback and on the map, the framework's
+    agreement and the cluster cells where it predicts the pipeline wins."""
+    on_map = ("" if not map_counts else
+              f"; on emulated links PP won {map_counts['pp_wins']} of {map_counts['cells']} cells, DP "
+              f"{map_counts['dp_wins']}, the framework naming the winner of {map_counts['agree']} of "
+              f"{map_counts['decisive']} decisive cells")
+    return (f"on loopback PP 2 beat DP 2 in {counts['pp_wins']} of {len(ratio)} configurations, DP in "
             f"{counts['dp_wins']}, {counts['ties']} ties (PP/DP {ratio['measured PP/DP'].min():.2f}–"
-            f"{ratio['measured PP/DP'].max():.2f}); the framework named the winner in {counts['agree']} of "
-            f"{counts['decisive']} decisive cases and predicts PP wins on 25 Gbit/s links in {cluster_wins} of "
-            f"{cells} cells")
+            f"{ratio['measured PP/DP'].max():.2f}){on_map}; the framework predicts PP wins on 25 Gbit/s links in "
+            f"{cluster_wins} of {cells} cells")
 
 
-def verdict_text(verdict_: str, counts: dict, configurations: int, cluster_wins: int, cells: int) -> str:
-    """The verdict's sentence, with the measured and the predicted wins it rests on."""
-    numbers = (f"the measurements have the pipeline win {counts['pp_wins']} of {configurations} configurations (data "
-               f"parallelism {counts['dp_wins']}, {counts['ties']} ties), and the framework has it win "
-               f"{cluster_wins} of {cells} cells of a 25 Gbit/s cluster")
+def verdict_text(verdict_: str, counts: dict, configurations: int, cluster_wins: int, cells: int,
+                 map_counts: dict | None = None, region: str = "") -> str:
+    """The verdict's sentence, with the measured and the predicted wins it rests on and, with the map, the region
+    where the pipeline wins."""
+    numbers = (f"on loopback the measurements have the pipeline win {counts['pp_wins']} of {configurations} "
+               f"configurations (data parallelism {counts['dp_wins']}, {counts['ties']} ties)")
+    if map_counts:
+        numbers += (f", on emulated links {map_counts['pp_wins']} of {map_counts['cells']} cells (data parallelism "
+                    f"{map_counts['dp_wins']}, {map_counts['ties']} ties), the framework naming the winner of "
+                    f"{map_counts['agree']} of {map_counts['decisive']} decisive cells")
+    numbers += f"; the framework has the pipeline win {cluster_wins} of {cells} cells of a 25 Gbit/s cluster"
+    where = f" Where it wins: {region}." if region else ""
     if verdict_ == "reproduced":
-        return f"the pipeline's advantage holds in most cases: {numbers}"
+        return f"the pipeline's advantage holds in most cases and the framework places its boundary: {numbers}.{where}"
     if verdict_ == "depends":
-        return (f"the pipeline's advantage depends on the setting: {numbers}. In the framework the pipeline needs "
-                "communication that is expensive relative to compute (large gradients, slow links) and enough "
-                "microbatches to shrink the bubble")
-    return f"the pipeline's advantage does not show: {numbers}"
+        return f"the pipeline's advantage holds in part of the map, or the framework misplaces it: {numbers}.{where}"
+    if verdict_ == "not measured":
+        return "nothing was measured"
+    return f"the pipeline's advantage does not show and the framework misplaces where it would: {numbers}.{where}"

@@ -668,6 +668,12 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
     min_run = 0.05 if quick else 0.3
     ranks = ranks or (torch.cuda.device_count() if dev.type == "cuda" else max(2, min(os.cpu_count() or 2, 8)))
     start = time.monotonic()
+    phases = []  # (what, seconds from the start) of every step the log names: where a calibration's time goes
+    say = log
+
+    def log(message):
+        phases.append([str(message), round(time.monotonic() - start, 2)])
+        say(message)
 
     dtypes = [torch.float32, torch.bfloat16] + ([torch.float16] if dev.type == "cuda" else [])
     log(f"matrix products ({threads} thread(s))")
@@ -721,7 +727,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
 
         hw = replace(hw, kernels=replace(hw.kernels, **pipeline_actions(conditions["paths"], hw, ranks)))
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
-               "seconds": round(time.monotonic() - start, 2), "gemm": gemm, "copy": copy, "layers": layers,
+               "seconds": round(time.monotonic() - start, 2), "phases_s": phases, "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,
                "issued_fits": issued_fits,
                "profile_from": {"flops_fp32": "max gemm float32", "flops_16bit": "max gemm bfloat16 (else float32)",
