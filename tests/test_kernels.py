@@ -289,3 +289,27 @@ def test_pipeline_actions_are_the_probes_time_beyond_the_models_other_terms():
     less = pipeline_actions(base, hw, 2)
     assert more["pp_action_s"] - less["pp_action_s"] == pytest.approx(2e-3)
     assert more["twobw_action_s"] - less["twobw_action_s"] == pytest.approx(5e-3)
+
+
+def test_a_size_sweep_stops_before_a_call_longer_than_the_budget(monkeypatch):
+    import torch
+
+    from distperf.measure import calibrate
+    from distperf.measure import kernels as mk
+
+    assert mk.affordable(0.1, 512, 1024) and not mk.affordable(0.2, 512, 1024)  # 8× the time at twice n
+
+    def fake_time(fn):
+        # a call at n = 512 takes 0.2 s in bf16 (a CPU without bf16 units) and 1 ms in fp32, × n³
+        tensor = next(c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, torch.Tensor))
+        per = 0.2 if tensor.dtype == torch.bfloat16 else 1e-3
+        return per * (tensor.shape[-1] / 512) ** 3
+
+    monkeypatch.setattr(calibrate, "_timer_median", lambda fn, t: fake_time(fn))
+    rows = calibrate.gemm_rates((128, 256, 512, 1024, 2048), [torch.float32, torch.bfloat16])
+    assert [r["n"] for r in rows if r["dtype"] == "float32"] == [128, 256, 512, 1024, 2048]
+    assert [r["n"] for r in rows if r["dtype"] == "bfloat16"] == [128, 256, 512]  # 1024 would take 1.6 s
+    monkeypatch.setattr(mk, "_forward_backward", lambda fn, t, base: (fake_time(fn), 2 * fake_time(fn)))
+    # forward and backward at 512 take 0.6 s in bf16, so 1024 would take 4.8 s
+    assert [r[0] for r in mk.linear_times((128, 256, 512, 1024), torch.bfloat16)] == [128, 256, 512]
+    assert [r[0] for r in mk.linear_times((128, 256, 512, 1024), torch.float32)] == [128, 256, 512, 1024]

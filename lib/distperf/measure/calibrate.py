@@ -73,11 +73,17 @@ def _sync(device: torch.device):
 
 def gemm_rates(sizes, dtypes, device="cpu", min_run_time: float = 0.2) -> list[dict]:
     """[{n, dtype, seconds, flops_per_s}] for torch.mm of n×n by n×n; a dtype the device cannot
-    multiply is left out."""
+    multiply is left out, and so are the sizes after one whose next would take longer than
+    :data:`distperf.measure.kernels.CALL_BUDGET_S` per call (bf16 on a CPU without bf16 units)."""
+    from .kernels import affordable
+
     device = torch.device(device)
     rows = []
     for dtype in dtypes:
         for n in sizes:
+            last = rows[-1] if rows and rows[-1]["dtype"] == str(dtype).replace("torch.", "") else None
+            if last and not affordable(last["seconds"], last["n"], n):
+                break
             try:
                 a = torch.randn(n, n, device=device).to(dtype)
                 b = torch.randn(n, n, device=device).to(dtype)

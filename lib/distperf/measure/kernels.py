@@ -7,7 +7,9 @@ engine's start that a training step pays once per backward pass. So it holds the
 
 - ``linear``: ``F.linear`` of a 1×n×n input by an n×n weight with bias (fp32, and bf16 where the device runs it),
   n = 8 … 2048 in ×2 steps: the time of one linear layer at n_eff = n, its forward (one ``addmm``) and its
-  backward (two ``mm`` and the bias's sum);
+  backward (two ``mm`` and the bias's sum). A size whose call would take more than :data:`CALL_BUDGET_S` (the
+  last size's time × 8) is not measured: bf16 on a CPU without bf16 units runs at 1–3 GFLOP/s, 20–60× below
+  fp32, where one call at n = 2048 takes about a minute; the cost model extrapolates a table's last row by n³;
 - ``attention``: ``F.scaled_dot_product_attention`` at one and at eight (batch × heads), s = 16 … 1024 and
   d = 8 … 128 in ×4 steps, causal and not: a call's fixed cost and the time per (batch × head);
 - ``elementwise``: LayerNorm, GELU, an addition, a copy (``transpose`` then ``reshape``), cross-entropy over rows of
@@ -38,6 +40,7 @@ ELEMENTS_QUICK = tuple(2**k for k in range(6, 19, 4))
 ADAM_ELEMENTS = tuple(2**k for k in range(0, 23, 2))
 ADAM_ELEMENTS_QUICK = tuple(2**k for k in range(0, 21, 4))
 ELEMENTWISE = ("layer_norm", "gelu", "add", "copy", "cross_entropy", "embedding")
+CALL_BUDGET_S = 1.0  # the longest single call a size sweep of matrix products measures (see the module's docstring)
 WIDTH = 256  # the last dimension of elementwise inputs (classes of the cross-entropy, rows of the embedding)
 
 
@@ -88,11 +91,19 @@ def _forward_backward(forward, min_run_time: float, baseline: float) -> tuple[fl
     return median_time(fwd, min_run_time), max(_backward(forward, min_run_time) - baseline, 0.0)
 
 
+def affordable(seconds: float, n: int, next_n: int, budget_s: float = CALL_BUDGET_S) -> bool:
+    """Whether a cubic kernel that took ``seconds`` per call at size ``n`` stays within ``budget_s`` at ``next_n``."""
+    return seconds * (next_n / n) ** 3 <= budget_s
+
+
 def linear_times(sizes, dtype=torch.float32, min_run_time: float = 0.1, baseline: float = 0.0) -> list[list[float]]:
     """[[n, forward_s, backward_s]] of ``F.linear`` on an input of n tokens of n features (batch 1, as the model's
-    (b, s, h) activations, so that the reshapes a 3-D input costs are in) by an n×n weight, with bias."""
+    (b, s, h) activations, so that the reshapes a 3-D input costs are in) by an n×n weight, with bias; sizes after
+    one that would take longer than :data:`CALL_BUDGET_S` per call are left out."""
     rows = []
     for n in sizes:
+        if rows and not affordable(rows[-1][1] + rows[-1][2], rows[-1][0], n):
+            break
         x = torch.randn(1, n, n).to(dtype).requires_grad_(True)
         w = torch.randn(n, n).to(dtype).requires_grad_(True)
         bias = torch.randn(n).to(dtype).requires_grad_(True)
