@@ -170,8 +170,29 @@ def test_command_line_json_and_table():
     (["--schedules", "2bw,bogus"], "schedules"),
     (["--node-gbit", "-3"], "node_gbit"),
     (["--hardware", "no-such-gpu"], "hardware"),
+    # the inputs that once hung, or were taken when they should not have been
+    (["--gpus", str(10**12)], "gpus"),  # the divisors were found by counting up to N
+    (["--memory-limit", "1e400"], "memory_limit"),  # the JSON then held Infinity
+    (["--node-gbit", "inf"], "node_gbit"),
+    (["--node-gbit", "nan"], "node_gbit"),
+    (["--top", "-1"], "top"),  # silently dropped a plan
+    (["--top", "0"], "top"),
+    (["--max-micro-batch", "0"], "max_micro_batch"),
+    (["--global-batch", str(2**31)], "global_batch"),
+    (["--hidden", "100", "--heads", "3"], "heads"),  # a model of one's own, checked like predict's
+    (["--layers", str(2**25)], "layers"),
 ])
 def test_command_line_bad_input_is_one_line_and_status_2(extra, field):
     out = _cli("--model", "small", "--gpus", "2", "--global-batch", "8", *extra)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and f"error: {field}:" in out.stderr
+
+
+def test_plan_takes_the_model_flags_and_presets_in_any_case():
+    out = _cli("--model", "SMALL", "--layers", "8", "--hidden", "256", "--heads", "8", "--gpus", "8",
+               "--global-batch", "16", "--hardware", "v100-16gb", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert data["inputs"]["hardware"] == "V100-16GB"
+    depths = {p["d"] for p in data["plans"] if p["strategy"] == "pipeline"}
+    assert 8 in depths  # eight layers: a depth the 4-layer preset could not have

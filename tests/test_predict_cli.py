@@ -88,7 +88,42 @@ BAD = [
     (["--pp", "2", "--partition", "3,3"], "partition"),
     (["--hardware", "TPU-v9"], "hardware"),
     (["--bucket-mb", "-1"], "bucket_mb"),
+    # the inputs that once ended in a traceback or were taken when they should not have been
+    (["--layers", "1" + "0" * 400], "layers"),  # OverflowError in the float division
+    (["--dp", str(10**12), "--zero", "1"], "dp"),  # MemoryError: ZeRO-1's partition of dp items
+    (["--dp", "2", "--bucket-mb", "1e-320"], "bucket_mb"),  # OverflowError in the bucketed exposed time
+    (["--dp", "2", "--bucket-mb", "inf"], "bucket_mb"),
+    (["--dp", "2", "--bucket-mb", "nan"], "bucket_mb"),
+    (["--pp", "4", "--microbatches", "2"], "microbatches"),  # 1F1B, as run and plan refuse it
+    (["--pp", str(2**14 + 1), "--layers", str(2**15)], "pp"),
+    (["--pp", "2", "--schedule", "interleaved", "--chunks", str(2**14), "--layers", str(2**16)], "chunks"),
+    (["--dp", str(2**10), "--tp", str(2**10), "--pp", "2", "--heads", str(2**10), "--hidden", str(2**10)], "dp"),
+    (["--micro-batch", str(2**30 + 1)], "micro_batch"),
 ]
+
+
+def test_the_bounds_accept_their_largest_value(capsys):
+    code, out, err = run(capsys, "--model", "tiny", "--layers", str(2**14), "--pp", str(2**14), "--microbatches",
+                         str(2**14), "--json")
+    assert code == 0, err
+    assert json.loads(out)["time_s"]["iteration"] > 0
+
+
+def test_presets_match_in_any_case_and_json_is_strict(capsys, tmp_path):
+    code, out, err = run(capsys, "--model", "GPT2", "--hardware", "v100-16gb", "--json")
+    assert code == 0, err
+    data = json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert data["hardware"] == "V100-16GB"
+    # pipedream has no trainer, but predict still prices it (the theory chapters use it)
+    assert run(capsys, "--pp", "2", "--schedule", "pipedream", "--microbatches", "4")[0] == 0
+
+
+def test_a_profile_whose_name_is_not_a_string_is_refused(capsys, tmp_path):
+    path = tmp_path / "hw.json"
+    save_profile(PRESETS["V100-16GB"], path)
+    path.write_text(path.read_text().replace('"name": "V100-16GB"', '"name": {"an": "object"}'))
+    code, _, err = run(capsys, "--hardware", str(path))
+    assert code == 2 and err.count("\n") == 1 and "name must be a non-empty string" in err
 
 
 @pytest.mark.parametrize("argv, field", BAD)

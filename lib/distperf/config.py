@@ -29,6 +29,16 @@ MODEL_STATES = ("parameters", "gradients", "optimizer_states")
 MEMORY_CATEGORIES = MODEL_STATES + ("activations",)
 COMMUNICATION_KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
 DDP_BUCKET_MB = 25  # torch DDP's bucket_cap_mb default (MiB): the default communication block size
+# The largest sizes accepted. Model dimensions up to 2^24 keep every product the cost model forms (layers · hidden² ·
+# seq · batch …) far inside a float's range; 2^20 devices (a million) is beyond any cluster and what the planner
+# searches in well under a second; batches up to 2^30 samples. Bucket sizes from one byte to 1 TiB.
+# Pipeline stages up to 2^14: deeper than any published model has layers (PipeDream-2BW's deepest GPT has 2,240),
+# and what the planner prices per stage within a second.
+MAX_DIMENSION = 2**24
+MAX_DEVICES = 2**20
+MAX_STAGES = 2**14
+MAX_BATCH = 2**30
+BUCKET_MB_RANGE = (2.0**-20, 2.0**20)
 
 
 class ConfigError(ValueError):
@@ -170,12 +180,26 @@ def stage_layers(model: ModelSpec, layout: Layout) -> tuple[int, ...]:
     return tuple(layout.partition) if layout.partition else uniform_partition(model.layers, layout.stages)
 
 
-def _positive(names: tuple[str, ...], values: tuple) -> None:
-    if set(map(type, values)) == {int} and min(values) >= 1:  # the common case, at C speed
+def _positive(names: tuple[str, ...], values: tuple, most: int) -> None:
+    """Each value an int in [1, most]."""
+    if set(map(type, values)) == {int} and min(values) >= 1 and max(values) <= most:  # the common case, at C speed
         return
     for name, value in zip(names, values):
         if type(value) is not int or value < 1:  # type(): a bool is not a size
             raise ConfigError(name, f"must be a positive integer, got {value!r}")
+        if value > most:
+            raise ConfigError(name, f"must be at most {most:,} (2^{most.bit_length() - 1}), got {value:,}")
+
+
+def check_finite(name: str, value, low: float, high: float) -> float:
+    """``value`` as a float in [low, high]: a number, finite; else ConfigError naming ``name``."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(name, f"must be a number, got {value!r}") from None
+    if not low <= number <= high:  # NaN fails both comparisons
+        raise ConfigError(name, f"must be a finite number from {low:g} to {high:g}, got {value!r}")
+    return number
 
 
 # the model objects whose own rules held, by identity (an equal spec may differ in type: True == 1), kept alive so
@@ -189,7 +213,8 @@ def _check_model(m: ModelSpec) -> None:
         return
     if m.arch not in ARCHS:
         raise ConfigError("arch", f"must be one of {', '.join(ARCHS)}, got {m.arch!r}")
-    _positive(("layers", "hidden", "heads", "vocab", "seq", "ffn"), (m.layers, m.hidden, m.heads, m.vocab, m.seq, m.ffn))
+    _positive(("layers", "hidden", "heads", "vocab", "seq", "ffn"),
+              (m.layers, m.hidden, m.heads, m.vocab, m.seq, m.ffn), MAX_DIMENSION)
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError("dropout", f"must lie in [0, 1), got {m.dropout!r}")
     if m.attention not in ATTENTIONS:
@@ -205,8 +230,14 @@ def validate(cfg: Config) -> Config:
     """Check every rule; raise ConfigError(field, rule) at the first one broken; return cfg."""
     m, lay, tr = cfg.model, cfg.layout, cfg.training
     _check_model(m)
-    _positive(("dp", "tp", "pp", "chunks", "micro_batch", "microbatches"),
-              (lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch, lay.microbatches))
+    _positive(("dp", "tp", "chunks"), (lay.dp, lay.tp, lay.chunks), MAX_DEVICES)
+    _positive(("pp",), (lay.pp,), MAX_STAGES)
+    if lay.pp * lay.chunks > MAX_STAGES:
+        raise ConfigError("chunks", f"pp·chunks (stages) must be at most {MAX_STAGES:,}, got {lay.pp * lay.chunks:,}")
+    _positive(("micro_batch", "microbatches"), (lay.micro_batch, lay.microbatches), MAX_BATCH)
+    if lay.dp * lay.tp * lay.pp > MAX_DEVICES:
+        raise ConfigError("dp", f"dp·tp·pp (devices) must be at most {MAX_DEVICES:,}, got "
+                                f"{lay.dp * lay.tp * lay.pp:,}")
     if lay.schedule not in SCHEDULES:
         raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {lay.schedule!r}")
     if lay.recompute not in RECOMPUTE:
@@ -248,10 +279,18 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+def validate_model(m: ModelSpec) -> ModelSpec:
+    """Check the model's own rules (dimensions, arch, dropout, attention, heads dividing hidden); return it."""
+    _check_model(m)
+    return m
+
+
 def global_batch_to_microbatches(global_batch: int, micro_batch: int, dp: int) -> int:
     """m = B / (b · dp); the rule: b · dp must divide B."""
     if type(global_batch) is not int or global_batch < 1:
         raise ConfigError("global_batch", f"must be a positive integer, got {global_batch!r}")
+    if global_batch > MAX_BATCH * MAX_DEVICES:
+        raise ConfigError("global_batch", f"must be at most {MAX_BATCH * MAX_DEVICES:,}, got {global_batch:,}")
     if global_batch % (micro_batch * dp):
         raise ConfigError("global_batch", f"must be divisible by micro_batch·dp ({micro_batch}·{dp}), got {global_batch}")
     return global_batch // (micro_batch * dp)

@@ -15,17 +15,23 @@ from dataclasses import replace
 
 from . import presets
 from .config import (ARCHS, ATTENTIONS, DATA_SOURCES, DDP_BUCKET_MB, DEVICES, MAX_EVAL_BATCHES, MESH_ORDERS,
-                     OPTIMIZERS, PRECISIONS, RECOMPUTE, SCHEDULES, Config, ConfigError, Layout, RunOptions, Training,
-                     global_batch_to_microbatches, validate)
+                     OPTIMIZERS, PRECISIONS, RECOMPUTE, SCHEDULES, Config, ConfigError, Layout, ModelSpec, RunOptions,
+                     Training, global_batch_to_microbatches, validate, validate_model)
 from .emulation.options import add_network_arguments
 
 MODEL_OVERRIDES = ("layers", "hidden", "heads", "ffn", "vocab", "seq")
 PARTITION_POLICIES = ("uniform", "params", "time", "flops")  # distperf.parallel.partition
 
 
-def add_config_arguments(p: argparse.ArgumentParser, default_model: str = "small") -> None:
+def add_model_arguments(p: argparse.ArgumentParser, default_model: str | None = "small") -> None:
+    """The model: a preset (``--model``, any case; required when ``default_model`` is None) and the flags that
+    override its dimensions and options."""
     g = p.add_argument_group("model")
-    g.add_argument("--model", default=default_model, help=f"preset name (default {default_model}); see distperf.presets")
+    if default_model is None:
+        g.add_argument("--model", required=True, help="preset name (any case); see distperf.presets")
+    else:
+        g.add_argument("--model", default=default_model,
+                       help=f"preset name, any case (default {default_model}); see distperf.presets")
     g.add_argument("--arch", choices=ARCHS, help="gpt (causal decoder) or bert (encoder); overrides the preset")
     for name in MODEL_OVERRIDES:
         g.add_argument(f"--{name}", type=int, help=f"override the preset's {name}")
@@ -36,6 +42,9 @@ def add_config_arguments(p: argparse.ArgumentParser, default_model: str = "small
                    help="attention core: sdpa (torch's fused scaled_dot_product_attention, no s×s scores kept) or "
                         "math (explicit softmax(QKᵀ/√d)·V, the form Korthikanti et al. count); default: the preset's")
 
+
+def add_config_arguments(p: argparse.ArgumentParser, default_model: str = "small") -> None:
+    add_model_arguments(p, default_model)
     g = p.add_argument_group("parallel layout")
     for name in ("dp", "tp", "pp"):
         g.add_argument(f"--{name}", type=int, default=1, help=f"{name} degree (default 1)")
@@ -68,7 +77,8 @@ def _partition(text: str) -> tuple[int, ...]:
         raise ConfigError("partition", f"must be comma-separated integers, got {text!r}") from None
 
 
-def config_from_args(a: argparse.Namespace) -> Config:
+def model_from_args(a: argparse.Namespace) -> ModelSpec:
+    """The preset of ``--model`` with the overrides of :func:`add_model_arguments`, its own rules checked."""
     spec = presets.model(a.model)
     over = {n: getattr(a, n) for n in MODEL_OVERRIDES if getattr(a, n) is not None}
     if a.arch:
@@ -81,8 +91,11 @@ def config_from_args(a: argparse.Namespace) -> Config:
         over["attention"] = a.attention
     if "hidden" in over and "ffn" not in over:
         over["ffn"] = 4 * over["hidden"]
-    spec = replace(spec, **over)
+    return validate_model(replace(spec, **over))
 
+
+def config_from_args(a: argparse.Namespace) -> Config:
+    spec = model_from_args(a)
     schedule = a.schedule or ("1f1b" if a.pp > 1 else "none")
     chunks = a.chunks if a.chunks is not None else (2 if schedule == "interleaved" else 1)
     if a.global_batch is not None:

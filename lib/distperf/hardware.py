@@ -122,7 +122,10 @@ def load_profile(path: str | Path) -> Hardware:
                if n not in data and n not in ("name", "flops_efficiency", "kernels", "collectives", "collectives_on")]
     if missing:
         raise ConfigError("hardware", f"{path}: missing field(s) {', '.join(missing)}")
-    values = {"name": str(data.get("name", path.stem))}
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError("hardware", f"{path}: name must be a non-empty string, got {name!r}")
+    values = {"name": name}
     if data.get("kernels") is not None:
         from .cost.kernels import KernelCosts
 
@@ -166,10 +169,15 @@ def save_profile(hw: Hardware, path: str | Path) -> None:
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
+def preset(name: str) -> Hardware | None:
+    """A hardware preset by name, in any case (``v100-16gb`` is ``V100-16GB``); None when there is none."""
+    return PRESETS.get(name) or next((hw for key, hw in PRESETS.items() if key.lower() == str(name).lower()), None)
+
+
 def hardware(name_or_path: str) -> Hardware:
-    """A preset by name, else a profile file by path; neither raises ConfigError('hardware', …)."""
-    if name_or_path in PRESETS:
-        return PRESETS[name_or_path]
+    """A preset by name (any case), else a profile file by path; neither raises ConfigError('hardware', …)."""
+    if (found := preset(name_or_path)) is not None:
+        return found
     if Path(name_or_path).is_file():
         return load_profile(name_or_path)
     raise ConfigError("hardware", f"{name_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a profile file")
@@ -178,7 +186,7 @@ def hardware(name_or_path: str) -> Hardware:
 def check_choice(choice: str) -> None:
     """Refuse a ``run --hardware`` value that is neither auto, none, a preset nor a readable profile, before any
     run (:mod:`distperf.measure.profiles` resolves ``auto`` after the run)."""
-    if choice in ("auto", "none") or choice in PRESETS:
+    if choice in ("auto", "none") or preset(choice) is not None:
         return
     if not Path(choice).is_file():
         raise ConfigError("hardware", f"{choice!r} is neither auto, none, a preset ({', '.join(PRESETS)}) "

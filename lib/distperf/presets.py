@@ -61,8 +61,12 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+_BY_LOWER = {name.lower(): spec for name, spec in MODELS.items()}
+
+
 def model(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ConfigError("model", f"unknown preset {name!r}; known: {', '.join(MODELS)}") from None
+    """A preset by name, in any case (``GPT2`` is ``gpt2``)."""
+    spec = MODELS.get(name) or (_BY_LOWER.get(name.lower()) if isinstance(name, str) else None)
+    if spec is None:
+        raise ConfigError("model", f"unknown preset {name!r}; known: {', '.join(MODELS)}")
+    return spec

@@ -6,6 +6,7 @@ import re
 from .config import ConfigError
 
 SIZE_UNITS = {"": 2**30, "gib": 2**30, "gb": 1e9, "mib": 2**20, "mb": 1e6, "b": 1}
+MAX_SIZE = 2.0**60  # 1 EiB: far beyond any device, and a float the planner can compare with
 
 
 def parse_size(text: str, field: str = "memory_limit") -> float:
@@ -13,7 +14,10 @@ def parse_size(text: str, field: str = "memory_limit") -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
     if not match or match.group(2) not in SIZE_UNITS or float(match.group(1)) <= 0:
         raise ConfigError(field, f"must be a positive size such as 16GiB, 16GB or 500MiB, got {text!r}")
-    return float(match.group(1)) * SIZE_UNITS[match.group(2)]
+    size = float(match.group(1)) * SIZE_UNITS[match.group(2)]
+    if not 1 <= size <= MAX_SIZE:  # a size of infinity (1e400) or below a byte
+        raise ConfigError(field, f"must be from 1 B to 1 EiB (2^60 bytes), got {text!r}")
+    return size
 
 
 def format_bytes(n: float) -> str:

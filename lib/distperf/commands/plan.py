@@ -6,11 +6,10 @@ rejected and why; with ``--json`` the object ``{"plans": [...], "rejected": [...
 from __future__ import annotations
 
 import argparse
-import json
 
-from .. import presets
-from ..config import PRECISIONS, ConfigError
-from ..flags import add_convention_arguments
+from .. import jsonout
+from ..config import MAX_BATCH, MAX_DEVICES, PRECISIONS, ConfigError, check_finite
+from ..flags import add_convention_arguments, add_model_arguments, model_from_args
 from ..hardware import DEFAULT, PRESETS, hardware
 from ..planner import PLANNED_RECOMPUTE, PLANNED_SCHEDULES, plan
 from ..units import format_bytes, format_seconds, parse_size
@@ -25,7 +24,7 @@ def _choices(field: str, text: str, allowed: tuple) -> tuple:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="preset name (see distperf.presets), e.g. 2bw-gpt-2.2b")
+    add_model_arguments(p, default_model=None)  # a preset (e.g. 2bw-gpt-2.2b) and the same overrides as predict
     p.add_argument("--gpus", type=int, required=True, help="devices N in all")
     p.add_argument("--gpus-per-node", type=int, default=None, help="devices per node k (default: the hardware's)")
     p.add_argument("--hardware", default=DEFAULT,
@@ -45,15 +44,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print plans and rejected configurations as JSON")
 
 
+def _count(field: str, value: int, most: int) -> int:
+    if not 1 <= value <= most:
+        raise ConfigError(field, f"must be a positive integer of at most {most:,}, got {value:,}")
+    return value
+
+
 def main(args: argparse.Namespace) -> int:
+    model = model_from_args(args)
+    _count("gpus", args.gpus, MAX_DEVICES)
+    if args.gpus_per_node is not None:
+        _count("gpus_per_node", args.gpus_per_node, MAX_DEVICES)
+    _count("global_batch", args.global_batch, MAX_BATCH)
+    _count("max_micro_batch", args.max_micro_batch, MAX_BATCH)
+    _count("top", args.top, MAX_DEVICES)
     hw = hardware(args.hardware)
     limit = hw.memory_capacity if args.memory_limit is None else parse_size(args.memory_limit)
     node_bandwidth = None
-    if args.node_gbit is not None:
-        if not args.node_gbit > 0:
-            raise ConfigError("node_gbit", f"must be positive, got {args.node_gbit!r}")
-        node_bandwidth = args.node_gbit * 1e9 / 8
-    model = presets.model(args.model)
+    if args.node_gbit is not None:  # 1 kbit/s to 1 Pbit/s
+        node_bandwidth = check_finite("node_gbit", args.node_gbit, 1e-6, 1e6) * 1e9 / 8
     result = plan(model, args.gpus, hw, args.global_batch, memory_limit=limit, gpus_per_node=args.gpus_per_node,
                   node_bandwidth=node_bandwidth, precision=args.precision, max_micro_batch=args.max_micro_batch,
                   schedules=_choices("schedules", args.schedules, PLANNED_SCHEDULES),
@@ -64,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
               "node_bandwidth_bytes_per_s": node_bandwidth, "precision": args.precision,
               "convention": args.convention, "backend": args.backend}
     if args.json:
-        print(json.dumps({**result, "inputs": inputs}, indent=2))
+        print(jsonout.dumps({**result, "inputs": inputs}, indent=2))
     else:
         print(table(result, inputs, args.top))
     return 0

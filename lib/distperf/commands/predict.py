@@ -5,23 +5,24 @@ Prints a table with units, or with ``--json`` the dictionary of :func:`distperf.
 from __future__ import annotations
 
 import argparse
-import json
 
-from ..config import ConfigError
+from .. import jsonout
+from ..config import BUCKET_MB_RANGE, check_finite
 from ..cost import predict
 from ..flags import add_predict_command_arguments as add_arguments  # noqa: F401 (the dispatcher's interface)
 from ..flags import config_from_args
 from ..hardware import hardware
+from ..parallel.rules import check_pipeline
 from ..units import format_bytes, format_seconds
 
 
 def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    if not args.bucket_mb > 0:
-        raise ConfigError("bucket_mb", f"must be positive, got {args.bucket_mb!r}")
-    result = predict(cfg, hardware(args.hardware), bucket_bytes=args.bucket_mb * 2**20, check=False,
+    check_pipeline(cfg, trainer=False)  # the rules run and plan apply; pipedream, which has no trainer, too
+    bucket_mb = check_finite("bucket_mb", args.bucket_mb, *BUCKET_MB_RANGE)
+    result = predict(cfg, hardware(args.hardware), bucket_bytes=bucket_mb * 2**20, check=False,
                      convention=args.convention, backend=args.backend)
-    print(json.dumps(result, indent=2) if args.json else table(result, cfg))
+    print(jsonout.dumps(result, indent=2) if args.json else table(result, cfg))
     return 0
 
 

@@ -45,12 +45,14 @@ def resolve(spec: NetworkSpec, preset: str, flops_here: float) -> tuple[NetworkS
     """``spec`` with ``inter`` derived from the target ``preset``; ConfigError if ``spec`` sets inter too,
     if the preset is unknown, or if the rate is outside what tbf can shape."""
     from ..hardware import PRESETS
+    from ..hardware import preset as find_preset
 
     if spec.inter:
         raise ConfigError("network_like", "derives inter; give --network without inter=RATE, or no --network-like")
-    if preset not in PRESETS:
+    target = find_preset(preset)
+    if target is None:
         raise ConfigError("network_like", f"must be a hardware preset ({', '.join(PRESETS)}), got {preset!r}")
-    info = derived_rate(flops_here, PRESETS[preset], spec.ranks_per_node)
+    info = derived_rate(flops_here, target, spec.ranks_per_node)
     rate = info["inter_bit_per_s"]
     if rate < MIN_RATE_BIT:
         raise ConfigError("network_like", f"the derived link rate {rate:.3g} bit/s is below "

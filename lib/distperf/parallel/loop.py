@@ -37,6 +37,7 @@ from ..config import Config, RunOptions
 from ..tokens import make_source
 from .common import Trainer
 from .mesh import build_mesh, init_distributed, rank_device
+from .rules import parse_fault
 
 
 def needs_distributed(cfg: Config) -> bool:
@@ -69,11 +70,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _fault(step: int) -> None:
     """Test hook: ``DISTPERF_FAULT=kind:rank:step`` makes that rank raise, exit(3) or hang at that step."""
-    spec = os.environ.get("DISTPERF_FAULT")
-    if not spec:
+    fault = parse_fault(os.environ.get("DISTPERF_FAULT"))  # checked before launch (rules.check_run)
+    if fault is None:
         return
-    kind, rank, at = spec.split(":")
-    if int(rank) != (dist.get_rank() if dist.is_initialized() else 0) or int(at) != step:
+    kind, rank, at = fault
+    if rank != (dist.get_rank() if dist.is_initialized() else 0) or at != step:
         return
     if kind == "raise":
         raise RuntimeError(f"injected fault at step {step}")

@@ -10,11 +10,12 @@ import os
 from ..config import TWOBW_ENGINE, Config, ConfigError, RunOptions
 
 
-def check_pipeline(cfg: Config) -> None:
-    """The rules torch's schedules and our 2BW impose."""
+def check_pipeline(cfg: Config, trainer: bool = True) -> None:
+    """The rules torch's schedules and our 2BW impose (``trainer=False``: those of the schedules alone, for a
+    prediction: a PipeDream schedule, which has no trainer, is then allowed)."""
     lay = cfg.layout
     m, pp = lay.microbatches, lay.pp
-    if lay.schedule == "pipedream":
+    if lay.schedule == "pipedream" and trainer:
         raise ConfigError("schedule", "pipedream (one weight version per in-flight microbatch) has no trainer; "
                                       "use gpipe, 1f1b, interleaved or 2bw")
     if lay.schedule == "1f1b" and pp > 1 and m < pp:
@@ -27,10 +28,26 @@ def check_pipeline(cfg: Config) -> None:
                                   "stage; it needs zero 0")
 
 
+FAULTS = ("raise", "exit", "hang")
+
+
+def parse_fault(spec: str | None) -> tuple[str, int, int] | None:
+    """The test hook ``DISTPERF_FAULT=KIND:RANK:STEP`` (:func:`distperf.parallel.loop._fault`) as (kind, rank,
+    step); None when unset or empty; ConfigError naming the variable when malformed."""
+    if not spec:
+        return None
+    parts = spec.split(":")
+    if len(parts) != 3 or parts[0] not in FAULTS or not all(p.isdigit() for p in parts[1:]):
+        raise ConfigError("DISTPERF_FAULT", f"must be KIND:RANK:STEP with KIND one of {', '.join(FAULTS)} and RANK, "
+                                            f"STEP non-negative integers, got {spec!r}")
+    return parts[0], int(parts[1]), int(parts[2])
+
+
 def check_run(cfg: Config, opts: RunOptions) -> None:
-    """Every rule of a run: the pipeline's, the data's (the byte-level text needs a vocabulary of 256) and
-    the device's (CUDA present, one GPU per rank of this node)."""
+    """Every rule of a run: the pipeline's, the data's (the byte-level text needs a vocabulary of 256), the
+    device's (CUDA present, one GPU per rank of this node) and the fault hook's."""
     check_pipeline(cfg)
+    parse_fault(os.environ.get("DISTPERF_FAULT"))
     if opts.data == "text" and cfg.model.vocab < 256:
         raise ConfigError("data", f"the byte-level text needs vocab >= 256, the model has {cfg.model.vocab}")
     if opts.device == "cuda":
