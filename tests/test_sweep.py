@@ -346,3 +346,70 @@ def test_repeats_default_to_three_for_timed_runs_at_scale_cpu(tmp_path):
         with pytest.raises(ConfigError) as e:
             Experiment.from_dict({"name": "r", "repeats": bad})
         assert e.value.field == "experiment r: repeats" and "1 or more" in e.value.rule
+
+
+# --- the table: one writer, and writes that fail -----------------------------------------------------
+
+def _items(n: int, width: int = 10):
+    from distperf.runner.resume import Item
+
+    return [Item(f"h{i}", f"item {i}", lambda i=i: {"config_hash": f"h{i}", "status": "ok", "message": "",
+                                                     "value": i, "padding": "x" * width}) for i in range(n)]
+
+
+def test_a_second_sweep_on_the_same_table_is_refused_and_loses_no_row(tmp_path):
+    from distperf.runner.resume import run_all, table_lock
+
+    out = tmp_path / "t.csv"
+    run_all("t", _items(2), out, "m", progress=False)
+    with table_lock(out):  # a sweep writing it now
+        with pytest.raises(ConfigError, match="another sweep is writing this table"):
+            run_all("t", _items(4), out, "m", progress=False)
+    assert len(pd.read_csv(out)) == 2
+    assert run_all("t", _items(4), out, "m", progress=False)["ok"] == 2  # once it is free, the rest is done
+    assert len(pd.read_csv(out)) == 4 and [p.name for p in tmp_path.iterdir()] == ["t.csv"]  # no lock left
+
+
+def test_a_lock_left_by_a_killed_sweep_does_not_block_the_next(tmp_path):
+    from distperf.runner.resume import run_all
+
+    out = tmp_path / "t.csv"
+    code = ("import sys, os, signal; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+            "from distperf.runner.resume import table_lock\n"
+            "with table_lock(Path(sys.argv[1])): os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([PY, "-c", code, str(out), str(ROOT / "lib")], timeout=60)
+    assert proc.returncode == -signal.SIGKILL and (tmp_path / ".t.csv.lock").exists()
+    assert run_all("t", _items(1), out, "m", progress=False)["ok"] == 1  # the kernel released the dead one's lock
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_failing_write_leaves_the_previous_table_and_no_temporary_file(tmp_path, fault):
+    from distperf.runner.resume import run_all
+
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "64k"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        out = disk / "t.csv"
+        run_all("t", _items(2), out, "m", progress=False)
+        before = out.read_bytes()
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+            items = _items(3)
+        else:
+            items = _items(40, width=4000)  # 160 kB of rows on a 64 kB disk
+        with pytest.raises(ConfigError, match=r"^out: .*(cannot write|No space|Read-only)"):
+            run_all("t", items, out, "m", progress=False)
+        table = pd.read_csv(out)  # whole rows only, a prefix of the sweep's
+        assert len(table) >= 2 and list(table.value) == list(range(len(table)))
+        assert fault == "full" or out.read_bytes() == before
+        assert [p.name for p in disk.iterdir()] == ["t.csv"]  # no temporary file, no lock
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

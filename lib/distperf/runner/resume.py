@@ -20,9 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,12 +116,58 @@ def one_by_one(items: list[Item]) -> Iterator[dict]:
         yield item.run()
 
 
+@contextmanager
+def table_lock(out: Path):
+    """Hold the table ``out`` for one sweep: a second sweep on the same table (which would lose rows: the last
+    writer wins) is refused with ConfigError('out'). An exclusive ``flock`` on ``.<name>.lock`` beside the table,
+    released by the kernel if the holder dies, removed when the sweep ends; a directory that cannot be written is
+    the same one-line error."""
+    import fcntl
+
+    from ..config import ConfigError
+
+    lock = out.with_name(f".{out.name}.lock")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as e:
+        raise ConfigError("out", f"{out.parent}: cannot write there ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError("out", f"{out}: another sweep is writing this table; wait for it to end, or write to "
+                                 "another file") from None
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _write(rows: list[dict], out: Path) -> None:
+    """:func:`write_rows`, a failure to write (read-only directory, full disk) as ConfigError('out'): the table as
+    it was stays, and no temporary file (:func:`distperf.results.write_csv_atomic`)."""
+    from ..config import ConfigError
+
+    try:
+        write_rows(rows, out)
+    except OSError as e:
+        raise ConfigError("out", f"{out}: cannot write the table ({e.strerror}); it stays as it was before this "
+                                 "row") from None
+
+
 def run_all(name: str, items: Iterable[Item], out: Path, machine: str, force: bool = False,
             progress: bool = True, execute: Callable[[list[Item]], Iterator[dict]] | None = None) -> dict:
     """Run the items not yet done on ``machine`` (through ``execute``, which yields the rows of the items it is
-    given, in any order; default :func:`one_by_one`), writing the table after each row; return counts by status of
-    this run's items, and ``done``: those already done."""
-    items = list(items)
+    given, in any order; default :func:`one_by_one`), writing the table after each row, the table held for this
+    sweep alone (:func:`table_lock`); return counts by status of this run's items, and ``done``: those already
+    done."""
+    with table_lock(Path(out)):
+        return _run_all(name, list(items), Path(out), machine, force, progress, execute)
+
+
+def _run_all(name, items, out, machine, force, progress, execute) -> dict:
     rows = read_rows(out)
     index = {(*row_key(r), str(r.get("machine"))): i for i, r in enumerate(rows)}
     done = set() if force else done_keys(rows, machine)
@@ -137,7 +185,7 @@ def run_all(name: str, items: Iterable[Item], out: Path, machine: str, force: bo
             else:
                 index[key] = len(rows)
                 rows.append(row)
-            write_rows(_in_order(rows, position), out)
+            _write(_in_order(rows, position), out)
             counts[row["status"]] += 1
             if row["status"] != "ok":
                 bar.write(f"{name}: {labels.get(row_key(row), row_key(row))}: {row['status']}: {row['message']}")
