@@ -225,6 +225,31 @@ def _child_setup(die_with_parent: bool) -> None:
             pass
 
 
+def die_with_parent() -> None:
+    """In a process started by another (a rank by torchrun's launcher): SIGKILL when that parent dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), so that killing ``distperf run``, or the sweep that started it, leaves no rank
+    behind; a parent that died before the call ends this process now. Elsewhere, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    _child_setup(True)
+    if os.getppid() != parent or not _carries_our_tag(parent):  # the launcher died before: it will never signal
+        os._exit(1)
+
+
+def _carries_our_tag(pid: int) -> bool:
+    """Whether process ``pid`` holds this process's :data:`TAG` (a launcher and its ranks share one; a process
+    that inherited an orphan, init or a subreaper, does not). True where there is no tag to compare."""
+    tag = os.environ.get(TAG)
+    if not tag:
+        return True
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{TAG}={tag}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def spawn(argv: list[str], die_with_parent: bool = False, **popen) -> subprocess.Popen:
     """``subprocess.Popen(argv, **popen)`` with SIGINT and SIGTERM held off while it forks: a stop handler that
     raises KeyboardInterrupt inside fork's own handlers has its exception ignored by Python, and the caller would
@@ -243,7 +268,10 @@ def start_launchers(cmds: list[list[str]], env: dict, log_dir: str, procs: list)
     logs = [os.path.join(log_dir, f"launch{k}.log") for k in range(len(cmds))]
     for cmd, log_path in zip(cmds, logs):
         with open(log_path, "w") as log:
-            procs.append(spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            # a session of its own (a stop reaches the launcher's whole group), and SIGKILL when this process dies,
+            # whatever kills it: the ranks follow their launcher (die_with_parent in distperf.train)
+            procs.append(spawn(cmd, die_with_parent=sys.platform.startswith("linux"), stdout=log,
+                               stderr=subprocess.STDOUT, env=env, start_new_session=True))
     return logs
 
 

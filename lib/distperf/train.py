@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                                    "results go to --out-dir")
     p.add_argument("--out-dir", help="with --batch: write configuration i's result to OUT_DIR/<i>.json")
     a = p.parse_args(argv)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank of torchrun's: it dies with its launcher
+        from .launch import die_with_parent
+
+        die_with_parent()
     rank = int(os.environ.get("RANK", 0))
     if a.batch:
         return run_batch(a.batch, a.out_dir or ".")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from ..config import ConfigError
@@ -65,6 +66,8 @@ def main(args: argparse.Namespace) -> int:
     if network and device == "cuda":
         raise ConfigError("network", "shapes the links of CPU ranks (gloo); NCCL between GPUs of one machine "
                                      "would bypass them (shared memory, NVLink): use --device cpu")
+    # a polite stop (SIGTERM) unwinds like Ctrl-C: the launch's own clean-up stops every rank it started
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if needs_distributed(cfg) or network:
             result = launch({"config": cfg.to_dict(), "options": asdict(opts)}, world,
@@ -83,11 +86,20 @@ def main(args: argparse.Namespace) -> int:
     except (LaunchError, SetupError) as e:
         print(f"distperf run: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("distperf run: interrupted; every process it started was stopped", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if network:
         result["network"] = network_info
     attach(cfg, result, args.hardware)
     print(json.dumps(result, indent=1) if args.json else summary(result))
     return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def summary(result: dict) -> str:
