@@ -30,6 +30,8 @@ import time
 import uuid
 from contextlib import nullcontext
 
+from .rendezvous import BACKEND, LOOPBACK
+
 TAG = "DISTPERF_LAUNCH_TAG"
 RANKS_HERE = "DISTPERF_RANKS_HERE"  # how many ranks of the launch share this machine (set by rank_environment)
 THREADS_FROM = "DISTPERF_THREADS_FROM"  # where OMP_NUM_THREADS came from: "user" or "cores"
@@ -93,6 +95,9 @@ def rank_environment(world_size: int, device: str = "cpu", env: dict | None = No
     """The environment of the ranks of a launch on this machine: this process's, then ``env``; on CPU
     ``OMP_NUM_THREADS`` (:func:`threads_per_rank`) and where it came from; how many ranks share the machine."""
     child = {**os.environ, **(env or {}), RANKS_HERE: str(world_size)}
+    if sys.platform.startswith("linux"):  # gloo's (and tensorpipe's) connections on loopback, unless told otherwise
+        child.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        child.setdefault("TP_SOCKET_IFNAME", "lo")
     if device != "cuda":
         child[THREADS_FROM] = "user" if _user_threads(child) else "cores"
         child["OMP_NUM_THREADS"] = str(threads_per_rank(world_size, child))
@@ -177,9 +182,10 @@ def launcher_commands(world_size: int, program: list[str], topo=None, env: dict 
     """The argv of the launcher(s) that start ``program`` (``-m MODULE ARGS…``) on ``world_size`` ranks: one
     ``torch.distributed.run --standalone``, or one per node of an emulated cluster ``topo`` (then ``env``, the
     ranks' environment, gets the node's network settings)."""
-    if topo is None:
-        return [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                 "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.1", *program]]
+    if topo is None:  # one machine: the rendezvous listens on loopback only (distperf.rendezvous)
+        return [[sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", BACKEND, "--rdzv-endpoint",
+                 f"{LOOPBACK}:0", "--rdzv-id", uuid.uuid4().hex, "--nnodes", "1", "--nproc-per-node",
+                 str(world_size), "--max-restarts", "0", "--monitor-interval", "0.1", *program]]
     from .emulation.launch import torchrun_commands
 
     if env is not None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -182,12 +182,6 @@ def model_time(model, micro_batch: int, device="cpu", min_run_time: float = 0.2)
 
 # --- collectives -------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def time_collective(collective: str, group, peers: tuple[int, int], nbytes: int, reps: int,
                     device: torch.device) -> tuple[int, float | None]:
     """(bytes, this rank's median seconds) of one collective on ``group`` (every member calls it; a
@@ -234,16 +228,25 @@ def slowest(seconds: float | None, device: torch.device) -> float:
     return float(value.item())
 
 
-def _bench_rank(rank: int, world: int, port: int, sizes, reps: int, backend: str, out: str) -> None:
+def _join(rank: int, world: int, out: str, backend: str) -> None:
+    """Join the spawned ranks' process group through a file beside ``out`` (no store listening on the network)
+    and, on Linux, keep gloo's connections on loopback."""
+    import torch.distributed as dist
+
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group(backend, init_method=f"file://{out}.store", rank=rank, world_size=world)
+
+
+def _bench_rank(rank: int, world: int, sizes, reps: int, backend: str, out: str) -> None:
     """One rank of the collective benchmark (spawned); rank 0 writes the rows to ``out``."""
     import torch.distributed as dist
 
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     torch.set_num_threads(1)
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=world)
+    _join(rank, world, out, backend)
     rows = []
     for n in range(2, world + 1):
         group = dist.new_group(list(range(n)))
@@ -266,13 +269,13 @@ def _bench_rank(rank: int, world: int, port: int, sizes, reps: int, backend: str
 def collective_times(ranks: int, sizes, reps: int = 10, device="cpu", timeout: float = 120.0) -> list[dict]:
     """[{collective, ranks, bytes, seconds}] for 2…``ranks`` ranks; raises TimeoutError past ``timeout``."""
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
-    return _spawned(_bench_rank, ranks, lambda port, out: (ranks, port, tuple(sizes), reps, backend, out), timeout,
+    return _spawned(_bench_rank, ranks, lambda out: (ranks, tuple(sizes), reps, backend, out), timeout,
                     "the collective benchmark")
 
 
 def _spawned(target, ranks: int, args, timeout: float, what: str):
-    """Run ``target(rank, *args(port, out))`` on ``ranks`` spawned processes with one thread each (a free loopback
-    port, a temporary output file); return the JSON rank 0 wrote there. Raises TimeoutError past ``timeout``, and
+    """Run ``target(rank, *args(out))`` on ``ranks`` spawned processes with one thread each (``out``: a temporary
+    output file, beside which the ranks meet, :func:`_join`); return the JSON rank 0 wrote there. Raises TimeoutError past ``timeout``, and
     kills what is left."""
     import torch.multiprocessing as mp
 
@@ -281,7 +284,7 @@ def _spawned(target, ranks: int, args, timeout: float, what: str):
         env_threads = os.environ.get("OMP_NUM_THREADS")
         os.environ["OMP_NUM_THREADS"] = "1"
         try:
-            ctx = mp.start_processes(target, args=args(_free_port(), out), nprocs=ranks, join=False,
+            ctx = mp.start_processes(target, args=args(out), nprocs=ranks, join=False,
                                      start_method="spawn")
         finally:
             if env_threads is None:
@@ -302,7 +305,7 @@ def _spawned(target, ranks: int, args, timeout: float, what: str):
             return json.load(f)
 
 
-def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: str) -> None:
+def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
     """One rank of :func:`training_conditions` (spawned, gloo, one thread); rank 0 writes the results to ``out``."""
     import statistics
 
@@ -310,9 +313,8 @@ def _conditions_rank(rank: int, world: int, port: int, sizes, reps: int, out: st
 
     from .kernels import median_time
 
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    _join(rank, world, out, "gloo")
     device = torch.device("cpu")
     a = torch.randn(192, 192)
 
@@ -600,7 +602,7 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     (:func:`parallel_paths`). With ``reps`` ≥ 10 the contention ratios and the paths are the medians of
     :data:`PATH_ROUNDS` rounds (``contention_rounds``, ``path_rounds``: each round). Raises TimeoutError past
     ``timeout``."""
-    return _spawned(_conditions_rank, ranks, lambda port, out: (ranks, port, tuple(sizes), reps, out), timeout,
+    return _spawned(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out), timeout,
                     "the training-conditions benchmark")
 
 
