@@ -16,7 +16,7 @@ from distperf import cli
 from distperf.config import PRECISIONS, RECOMPUTE, SCHEDULES
 from distperf.hardware import PRESETS
 
-CASES = 1500  # per command
+CASES = 1000  # per command
 SECONDS_PER_CASE = 5.0
 INTS = ["-1", "0", "1", "2", "3", "4", "8", "64", "1000", str(2**20), str(2**20 + 1), str(2**24), str(2**24 + 1),
         str(10**12), "1" + "0" * 400, "1.5", "x", "", "nan", "inf"]
@@ -131,4 +131,4 @@ def test_random_and_extreme_flags_end_with_0_or_2_and_one_line(make, tmp_path):
             _strict(out)
     # both outcomes happen often, so the generator reaches the computations and their checks
     assert codes[0] > CASES // 20 and codes[2] > CASES // 4, codes
-    assert len(distinct) > 50, len(distinct)
+    assert len(distinct) > 75, len(distinct)  # many different rules reached

@@ -73,8 +73,8 @@ def test_stopping_a_run_stops_its_launcher_and_ranks(sig):
         assert proc.returncode == 130 and "interrupted" in proc.stderr.read().decode()
 
 
-@pytest.mark.parametrize("sig, batch", [(signal.SIGTERM, True), (signal.SIGKILL, True), (signal.SIGKILL, False)],
-                         ids=["SIGTERM", "SIGKILL", "SIGKILL-one-per-process"])
+@pytest.mark.parametrize("sig, batch", [(signal.SIGTERM, True), (signal.SIGKILL, False)],
+                         ids=["SIGTERM", "SIGKILL-one-per-process"])
 def test_stopping_a_sweep_stops_every_run_it_started(tmp_path, sig, batch):
     exp = tmp_path / "exp.yaml"
     exp.write_text(textwrap.dedent("""\
