@@ -77,7 +77,7 @@ def test_a_configuration_that_hangs_is_a_timeout_and_the_rest_go_on_in_a_fresh_l
     assert table["status"].tolist() == ["ok", "timeout", "ok"]
     assert "no result within 8 s" in table["message"][1]
     assert table["launch.id"][0] != table["launch.id"][2] and table["launch.position"].tolist()[::2] == [0, 0]
-    assert tagged_processes("DISTPERF_FAULT", "hang:0:1") == []  # the hung process was killed
+    assert tagged_processes("DISTPERF_FAULT", "hang:0:1", strict=True) == []  # the hung process was killed
 
 
 def test_a_configuration_that_sets_measure_measures_every_repeat(tmp_path):

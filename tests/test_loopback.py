@@ -63,13 +63,13 @@ def test_nothing_of_a_run_listens_beyond_loopback():
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:  # until both ranks listen (their gloo pairs), and a while after
-            pids = tagged_processes(MARK, mark)
+            pids = tagged_processes(MARK, mark, strict=True)
             seen.update(listening(pids))
             if len(pids) >= 4 and len(seen) >= 3:
                 break
             time.sleep(0.2)
         for _ in range(10):
-            seen.update(listening(tagged_processes(MARK, mark)))
+            seen.update(listening(tagged_processes(MARK, mark, strict=True)))
             time.sleep(0.2)
     finally:
         proc.send_signal(signal.SIGTERM)

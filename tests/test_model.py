@@ -191,6 +191,26 @@ def test_time_policy_gives_a_valid_partition():
     assert len(parts) == 2 and sum(parts) == 4 and min(parts) >= 1
 
 
+@pytest.mark.parametrize("head, expected", [(10.0, (5, 1)), (0.0, (3, 3)), (-2.0, (2, 4))])
+def test_time_policy_balances_the_times_it_measured(monkeypatch, head, expected):
+    """The time policy follows its measurement (here a stand-in: one unit per layer, ``head`` units for the head
+    and loss on the last stage, the embedding free), not the uniform split; a negative head stands for an embedding
+    heavier than the head (first_extra = 2)."""
+    from distperf.parallel import partition
+
+    measured = []
+
+    def costs(spec, micro_batch, device):
+        measured.append((spec.layers, micro_batch, device))
+        return [1.0] * spec.layers, max(-head, 0.0), max(head, 0.0)
+
+    monkeypatch.setattr(partition, "time_costs", costs)
+    spec = replace(presets.model("tiny"), layers=6)
+    cfg = validate(Config(model=spec, layout=Layout(pp=2, schedule="gpipe", micro_batch=2, microbatches=2)))
+    assert resolve(cfg, "time").layout.partition == expected
+    assert measured == [(6, 2, "cpu")]
+
+
 def test_explicit_partition_is_checked():
     spec = replace(presets.model("tiny"), layers=4)
     with pytest.raises(ConfigError, match="partition"):

@@ -261,7 +261,7 @@ def test_a_killed_run_leaves_no_namespace_link_qdisc_or_process(tmp_path):
 
 
 def _tagged(tag: str) -> list[int]:
-    return tagged_processes("TEST_NETWORK_TAG", tag)
+    return tagged_processes("TEST_NETWORK_TAG", tag, strict=True)
 
 
 @needs_root

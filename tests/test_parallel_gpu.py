@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -19,10 +20,15 @@ COMMON = ["--model", "tiny", "--layers", "4", "--steps", "3", "--optimizer", "sg
 
 
 def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "distperf", "run", *COMMON, *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    """``distperf run`` with its final parameters (``--parameters-out``, gathered from every rank)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "parameters.pt")
+        proc = subprocess.run([sys.executable, "-m", "distperf", "run", *COMMON, *args, "--parameters-out", path],
+                              capture_output=True, text=True, timeout=300, env={**os.environ})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result = json.loads(proc.stdout)
+        result["parameters"] = torch.load(path)
+    return result
 
 
 def _gpus(n):
@@ -30,8 +36,13 @@ def _gpus(n):
 
 
 def assert_same_losses(result, reference):
+    """Losses of every step and every parameter tensor (after the last step) equal within GPU_TOLERANCE."""
+    assert len(result["losses"]) == len(reference["losses"]) == 3
     for a, b in zip(result["losses"], reference["losses"]):
         assert relative_error(a, b) <= GPU_TOLERANCE, (result["losses"], reference["losses"])
+    assert set(result["parameters"]) == set(reference["parameters"])
+    for name, value in result["parameters"].items():
+        assert relative_error(value.numpy(), reference["parameters"][name].numpy()) <= GPU_TOLERANCE, name
 
 
 def test_single_gpu_equals_cpu():

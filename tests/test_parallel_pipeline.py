@@ -67,12 +67,16 @@ def test_2bw_trainer_follows_the_2bw_update_rule(dp, tp, recompute):
     opts = run_options(steps=4)
     expected = spawn(_simulate_2bw, 1, cfg, opts)[0]
     results = spawn(train_job, cfg.layout.world_size, cfg, opts, timeout=90)
+    held = set()
     for result in results:
+        assert len(result["losses"]) == len(expected["losses"]) == opts.steps
         for loss, want in zip(result["losses"], expected["losses"]):
             assert relative_error(loss, want) <= TOLERANCE
         for name, value in result["parameters"].items():
-            want = expected["parameters"]["tok.weight" if name == "head.weight" else name]
-            assert relative_error(value, want) <= TOLERANCE, name
+            name = "tok.weight" if name == "head.weight" else name
+            assert relative_error(value, expected["parameters"][name]) <= TOLERANCE, name
+            held.add(name)
+    assert held == set(expected["parameters"]), set(expected["parameters"]) ^ held  # every tensor compared
     vanilla = spawn(train_job, 1, validate(Config(model=spec, layout=Layout(micro_batch=GLOBAL_BATCH),
                                                   training=Training(optimizer="sgd"))), opts)[0]
     stale_update = results[0]["parameters"]["layers.0.mlp.fc.weight"]

@@ -41,7 +41,7 @@ def _start(argv: list[str], cwd=None) -> tuple[subprocess.Popen, str]:
 def _ranks(mark: str) -> list[int]:
     """The marked processes that are ranks (they run distperf.train; their launcher names it too)."""
     out = []
-    for pid in tagged_processes(MARK, mark):
+    for pid in tagged_processes(MARK, mark, strict=True):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdline = f.read()
@@ -58,7 +58,7 @@ def _stop_and_check(proc: subprocess.Popen, mark: str, sig: int) -> None:
         proc.send_signal(sig)
         proc.wait(timeout=30)
         # nothing that carried the marker is left: run or sweep, launcher, ranks
-        assert _wait_for(lambda: not tagged_processes(MARK, mark), 15), tagged_processes(MARK, mark)
+        assert _wait_for(lambda: not tagged_processes(MARK, mark, strict=True), 15), tagged_processes(MARK, mark)
     finally:
         for pid in tagged_processes(MARK, mark):
             os.kill(pid, signal.SIGKILL)
@@ -88,3 +88,20 @@ def test_stopping_a_sweep_stops_every_run_it_started(tmp_path, sig, batch):
     proc, mark = _start(argv + ([] if batch else ["--one-per-process"]))
     _stop_and_check(proc, mark, sig)
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_the_check_for_processes_left_cannot_pass_without_proc(monkeypatch):
+    """The checks above look for processes in /proc: where it cannot be read they must fail, not find none."""
+    import builtins
+
+    def unreadable(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    real_open = builtins.open
+    for name, fake in (("listdir", unreadable), ("open", lambda path, *a, **k: (
+            unreadable(path) if str(path).startswith("/proc/") else real_open(path, *a, **k)))):
+        with monkeypatch.context() as m:
+            m.setattr(os if name == "listdir" else builtins, name, fake)
+            assert tagged_processes(MARK, "x") == []  # the library's own clean-up on a system without /proc
+            with pytest.raises(PermissionError):
+                tagged_processes(MARK, "x", strict=True)

@@ -30,30 +30,56 @@ def test_notebook_has_scale_and_device_parameters(path):
     assert params["device"]["default"].strip("'\"") in ("auto", "cpu", "cuda")
 
 
-def _pins(requirements):
-    pins = {}
-    for req in requirements:
-        m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;]+)\s*", req)
-        if m:
-            pins[m.group(1).lower()] = m.group(2)
-    return pins
+def pin_problems(project: dict, environment: dict) -> list[str]:
+    """What breaks the pinning rule: every requirement of pyproject.toml (dependencies and every extra) is
+    ``name==version``, and environment.yml's pip section pins exactly the same (and installs the project itself,
+    ``-e .``), under python 3.11."""
+    problems, wanted = [], {}
+    for req in [*project.get("dependencies", []), *(r for extra in project.get("optional-dependencies", {}).values()
+                                                   for r in extra)]:
+        m = PIN.fullmatch(req)
+        if not m:
+            problems.append(f"pyproject.toml: {req!r} is not pinned with ==")
+            continue
+        wanted[m.group(1).lower()] = m.group(2)
+    deps = environment.get("dependencies", [])
+    if "python=3.11" not in [d for d in deps if isinstance(d, str)]:
+        problems.append("environment.yml: python=3.11 is missing")
+    pip = next((d["pip"] for d in deps if isinstance(d, dict) and "pip" in d), [])
+    pinned = {}
+    for req in (r for r in pip if r != "-e ."):  # the project itself, installed editable
+        m = PIN.fullmatch(req)
+        if not m:
+            problems.append(f"environment.yml: {req!r} is not pinned with ==")
+            continue
+        pinned[m.group(1).lower()] = m.group(2)
+    for name in sorted(set(wanted) | set(pinned)):
+        if wanted.get(name) != pinned.get(name):
+            problems.append(f"{name}: pyproject.toml pins {wanted.get(name)}, environment.yml {pinned.get(name)}")
+    return problems
+
+
+PIN = re.compile(r"\s*([A-Za-z0-9_.\-]+(?:\[[A-Za-z0-9_,\-]+\])?)\s*==\s*([^\s;]+)\s*")
 
 
 def test_environment_yml_pins_what_pyproject_pins():
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = _pins(project["dependencies"])
-    for extra in project["optional-dependencies"].values():
-        wanted.update(_pins(extra))
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    conda = [d for d in env["dependencies"] if isinstance(d, str)]
-    assert "python=3.11" in conda
-    assert _pins(pip_section) == wanted
-    assert all(v for v in wanted.values()), "every dependency in pyproject.toml is pinned with =="
-    unpinned = [r for r in project["dependencies"] if "==" not in r]
-    assert not unpinned, f"unpinned dependencies: {unpinned}"
+    assert pin_problems(project, yaml.safe_load((ROOT / "environment.yml").read_text())) == []
+
+
+def test_the_pin_check_finds_each_kind_of_problem():
+    env = {"dependencies": ["python=3.11", {"pip": ["torch==2.13.0", "numpy==2.0.0"]}]}
+    assert pin_problems({"dependencies": ["torch==2.13.0", "numpy==2.0.0"]}, env) == []
+    assert pin_problems({"dependencies": ["torch==2.13.0", "numpy>=2"]}, env) == [
+        "pyproject.toml: 'numpy>=2' is not pinned with ==", "numpy: pyproject.toml pins None, environment.yml 2.0.0"]
+    assert pin_problems({"dependencies": ["torch==2.13.0"], "optional-dependencies": {"book": ["numpy==2.1.0"]}},
+                        env) == ["numpy: pyproject.toml pins 2.1.0, environment.yml 2.0.0"]
+    assert pin_problems({"dependencies": ["torch==2.13.0", "numpy==2.0.0"]},
+                        {"dependencies": ["python=3.12", {"pip": ["torch==2.13.0", "numpy"]}]}) == [
+        "environment.yml: python=3.11 is missing", "environment.yml: 'numpy' is not pinned with ==",
+        "numpy: pyproject.toml pins 2.0.0, environment.yml None"]
 
 
 def test_toc_lists_existing_chapters():

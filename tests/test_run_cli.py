@@ -24,7 +24,7 @@ TINY = ["--model", "tiny", "--device", "cpu", "--steps", "3"]
 
 
 def _tagged(tag: str) -> list[int]:
-    return tagged_processes("TEST_RUN_TAG", tag)
+    return tagged_processes("TEST_RUN_TAG", tag, strict=True)
 
 
 def distperf(*args, env=None, timeout=120):
@@ -57,20 +57,43 @@ def test_bad_layout_is_refused_before_any_process_starts(argv, field, monkeypatc
     assert err.startswith(f"distperf run: error: {field}:") and "\n" not in err
 
 
-def test_two_rank_run_reports_json_equal_to_the_single_device_run():
-    two, _ = distperf("run", *TINY, "--dp", "2", "--json")
-    assert two.returncode == 0, two.stderr
-    one, _ = distperf("run", *TINY, "--micro-batch", "2", "--json")
-    assert one.returncode == 0, one.stderr
-    r2, r1 = json.loads(two.stdout), json.loads(one.stdout)
+def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run(tmp_path):
+    import torch
+
+    from distperf import presets
+    from distperf.model import build_model
+
+    def run(name, *layout):
+        path = tmp_path / f"{name}.pt"
+        # SGD: Adam's division by √v magnifies round-off in near-zero gradients
+        proc, _ = distperf("run", *TINY, *layout, "--optimizer", "sgd", "--lr", "0.2", "--hardware", "none", "--json",
+                           "--parameters-out", str(path))
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout), torch.load(path)
+
+    (r2, p2), (pp, ppp), (r1, p1) = (run("dp", "--dp", "2"), run("pp", "--pp", "2", "--microbatches", "2"),
+                                     run("one", "--micro-batch", "2"))
     assert r2["config"]["layout"]["dp"] == 2 and r2["backend"] == "gloo" and r2["world_size"] == 2
-    assert len(r2["losses"]) == 3
-    for a, b in zip(r2["losses"], r1["losses"]):
-        assert relative_error(a, b) <= TOLERANCE
+    initial = {n: p.detach() for n, p in build_model(presets.model("tiny"), 0).named_parameters()}
+    assert set(p1) == set(initial)
+    assert relative_error(torch.cat([p1[n].ravel() for n in p1]), torch.cat([initial[n].ravel() for n in p1])) > (
+        100 * TOLERANCE)  # the weights moved: equal parameters mean something
+    for result, parameters in ((r2, p2), (pp, ppp)):
+        assert len(result["losses"]) == len(r1["losses"]) == 3
+        for a, b in zip(result["losses"], r1["losses"]):
+            assert relative_error(a, b) <= TOLERANCE
+        held = set()
+        for name, value in parameters.items():  # the pipeline's last stage holds the tied head's own copy
+            name = "tok.weight" if name == "head.weight" and name not in p1 else name
+            assert relative_error(value, p1[name]) <= TOLERANCE, name
+            held.add(name)
+        assert held == set(p1)
+    assert "head.weight" in ppp and set(p2) == set(p1)  # each stage's tensors, gathered from both ranks
     it = r2["iteration_time_s"]
     assert 0 < it["p10"] <= it["median"] <= it["p90"]
     assert r2["tokens_per_s"] == pytest.approx(2 * 16 / it["median"])
     assert len(r2["model_state_bytes_at_rest"]) == 2 and r2["model_state_bytes_at_rest"][0]["parameters"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.pt", "one.pt", "pp.pt"]  # no temporary file left
 
 
 def test_time_balanced_pipeline_run():
@@ -124,3 +147,35 @@ def test_entry_point_without_a_launcher_says_how_to_start_it():
     proc = subprocess.run([PY, "-m", "distperf.train", *TINY, "--dp", "2"], capture_output=True, text=True,
                           timeout=60, env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
     assert proc.returncode == 2 and "torchrun" in proc.stderr and "Traceback" not in proc.stderr
+
+
+TORCHRUN_SUMMARY = """
+Failures:
+[1]:
+  time      : 2026-12-01_19:11:11
+  rank      : {other} (local_rank: {other})
+  exitcode  : {other_code} (pid: 2)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_19:11:11
+  rank      : {first} (local_rank: {first})
+  exitcode  : {first_code} (pid: 1)
+"""
+
+
+@pytest.mark.parametrize("first, first_code, other, other_code, expected", [
+    (1, -9, 0, -15, "rank 1 was killed by signal 9 first"),  # torchrun's own SIGTERM of the survivor is not named
+    (0, 1, 1, -9, "rank 0 exited with status 1 first; rank 1 was killed by signal 9"),  # the peer observed first
+    (0, 1, 1, 3, "rank 0 exited with status 1 first"),
+])
+def test_the_root_cause_names_a_rank_killed_by_a_signal_even_when_a_peer_was_seen_first(
+        tmp_path, first, first_code, other, other_code, expected):
+    from distperf.launch import root_cause
+
+    log = tmp_path / "launch0.log"
+    log.write_text("some rank output\n" + TORCHRUN_SUMMARY.format(first=first, first_code=first_code, other=other,
+                                                                   other_code=other_code))
+    assert root_cause(str(log)) == expected
+    log.write_text("no summary at all\n")
+    assert root_cause(str(log)) == ""

@@ -37,6 +37,7 @@ STAND_IN = textwrap.dedent('''
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--json", action="store_true")
     p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--silent", action="store_true")  # exit 0 without printing a result
     a = p.parse_args()
     if a.rank is not None:  # a rank
         with open(os.environ["STAND_IN_PIDS"], "a") as f:
@@ -64,6 +65,8 @@ STAND_IN = textwrap.dedent('''
     with open(os.environ["STAND_IN_LOG"], "a") as f:
         f.write(f"{a.value}\\n")
     print("some chatter before the result")
+    if a.silent:
+        sys.exit(0)
     print(json.dumps({"value": a.value, "verbose": a.verbose, "nested": {"a": a.value, "b": {"c": 1}},
                       "losses": [1.0, 0.5]}, indent=1))
 ''')
@@ -92,8 +95,8 @@ def _alive(pid: int) -> bool:
         return False
     try:  # a zombie (finished, not yet reaped by its parent) runs nothing
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+    except FileNotFoundError:  # it ended between the two looks
+        return False  # any other error (no /proc to read) fails the test rather than pass it
 
 
 # --- grid ------------------------------------------------------------------------------------------
@@ -142,6 +145,8 @@ def test_flatten_gives_dotted_columns_and_json_lists():
     ("command: predict\nbase: {untied: 3}\n", "exp.yaml: base.untied", "true or false"),
     ("command: trian\n", "exp.yaml: command", "must be one of run, predict"),
     ("timeout: -1\n", "exp.yaml: timeout", "positive number"),
+    ("memory_limit: lots\n", "exp.yaml: memory_limit", "positive size"),
+    ("memory_limit: 1e400\n", "exp.yaml: memory_limit", "from 1 B to 1 EiB"),
     ("grid: [\n", "experiment", "not valid YAML"),
 ])
 def test_yaml_errors_name_the_field_and_the_rule(tmp_path, body, field, rule):
@@ -170,6 +175,34 @@ def test_skip_invalid_turns_a_rejected_configuration_into_a_row(tmp_path):
     assert list(table["status"]) == ["ok", "invalid"]
     assert "divisible by tp (3)" in table["message"][1]
     assert table["parameters"][0] > 0  # predict's JSON, flattened
+
+
+@pytest.mark.parametrize("content", [b"a,b\n1,2\n", b"\x00\xff\xfe garbage \x89PNG\r\n", b'config_hash,status\n"h1,ok\n'],
+                         ids=["foreign", "binary", "broken-quote"])
+def test_a_foreign_or_corrupted_table_at_out_is_refused_and_kept(tmp_path, content):
+    path = _experiment(tmp_path, "command: predict\nbase: {model: tiny}\n")
+    out = tmp_path / "t.csv"
+    out.write_bytes(content)
+    proc = _sweep(path, "--out", out)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert proc.stderr.startswith("distperf sweep: error: out: ") and "Traceback" not in proc.stderr
+    assert out.read_bytes() == content  # the old file, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "stand_in.py", "t.csv"]  # nothing left beside
+
+
+def test_a_command_that_exits_0_without_a_result_is_a_failed_row(tmp_path):
+    path = _experiment(tmp_path, """
+        name: silent
+        command: ["{python}", stand_in.py]
+        base: {value: 1}
+        grid: {silent: [false, true]}
+        """)
+    out = tmp_path / "t.csv"
+    proc = _sweep(path, "--out", out, env=_env(tmp_path))
+    assert proc.returncode == 1
+    table = pd.read_csv(out)
+    assert list(table["status"]) == ["ok", "failed"] and list(table["returncode"]) == [0, 0]
+    assert table["message"][1] == "exit status 0 but no JSON object on stdout: some chatter before the result"
 
 
 # --- resuming ----------------------------------------------------------------------------------
@@ -254,17 +287,50 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
         repeats: 1
         base: {model: tiny, dp: 2, steps: 3, device: cpu}
         grid:
-          env.DISTPERF_FAULT: ["raise:1:1", "exit:1:1"]
+          env.DISTPERF_FAULT: ["raise:1:1", "exit:1:1", "kill:1:1"]
         """)
     out = tmp_path / "real.csv"
-    proc = _sweep(path, "--out", out, timeout=115)
+    proc = _sweep(path, "--out", out, timeout=150)
     assert proc.returncode == 1, proc.stderr
     table = pd.read_csv(out)
-    assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "exit:1:1"]
-    assert list(table["status"]) == ["failed", "failed"]
+    assert list(table["env.DISTPERF_FAULT"]) == ["raise:1:1", "exit:1:1", "kill:1:1"]
+    assert list(table["status"]) == ["failed", "failed", "oom"]
     assert "rank 1: RuntimeError: injected fault at step 1" in table["message"][0]
     assert table["message"][1].startswith("the launch failed (exit status")  # a rank died: its peers lose it too
+    assert table["message"][2].startswith("killed by SIGKILL (likely the out-of-memory killer) the launch failed")
+    assert "rank 1 was killed by signal 9" in table["message"][2]
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("resource") is None, reason="needs setrlimit")
+def test_a_memory_limit_gives_oom_rows_from_a_real_allocation_failure_and_from_sigkill(tmp_path):
+    """Each process of a configuration limited to 3 GiB of address space: the tiny model trains; a model whose
+    parameters alone need 6 GiB (hidden 4096, 8 layers: 12·4096²·8 ≈ 1.6 G float32)
+    fails in torch's CPU allocator; a rank killed by SIGKILL, as the out-of-memory killer does, is oom too."""
+    path = _experiment(tmp_path, """
+        name: memory
+        timeout: 60
+        repeats: 1
+        memory_limit: 3GiB
+        base: {model: tiny, dp: 2, steps: 2, device: cpu}
+        grid:
+          hidden: [64, 4096]
+          env.DISTPERF_FAULT: ["", "kill:1:1"]
+        exclude:
+          - {hidden: 4096, env.DISTPERF_FAULT: "kill:1:1"}
+        """)
+    out = tmp_path / "memory.csv"
+    proc = _sweep(path, "--out", out, timeout=200)
+    assert proc.returncode == 1, proc.stderr
+    table = pd.read_csv(out, keep_default_na=False)
+    assert [(h, f) for h, f in zip(table["arg.hidden"], table["env.DISTPERF_FAULT"])] == [
+        (64, ""), (64, "kill:1:1"), (4096, "")]
+    assert list(table["status"]) == ["ok", "oom", "oom"], table["message"].tolist()
+    assert "rank 1 was killed by signal 9" in table["message"][1]
+    assert "can't allocate memory" in table["message"][2] and "killed by SIGKILL" not in table["message"][2]
+    assert "launch.id" not in table or not table["launch.id"].any()  # one configuration per process
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "memory.csv", "stand_in.py"]
 
 
 def test_points_measured_in_this_process_share_the_tables_resume(tmp_path):

@@ -180,6 +180,8 @@ def add_run_command_arguments(p: argparse.ArgumentParser) -> None:
                                      "from python -m distperf calibrate at the ranks' thread count, else a quick "
                                      "calibration now), a preset, a profile file, or none (default auto)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--parameters-out", metavar="FILE", help="also write the trained parameters, whole and by name, "
+                                                            "to FILE (torch.save): to compare layouts tensor by tensor")
     add_network_arguments(p)
 
 

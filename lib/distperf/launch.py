@@ -41,12 +41,19 @@ class LaunchError(RuntimeError):
     """The launch failed, hung past its timeout, or a rank failed."""
 
 
-def tagged_processes(name: str, tag: str) -> list[int]:
-    """PIDs of this user's processes (not this one) whose environment holds ``name=tag``."""
+def tagged_processes(name: str, tag: str, strict: bool = False) -> list[int]:
+    """PIDs of this user's processes (not this one) whose environment holds ``name=tag``. Where ``/proc`` cannot be
+    read (another system) the answer is empty, unless ``strict`` (the tests that check that nothing is left): then
+    OSError when /proc cannot be listed or this process's own environment cannot be read there."""
     needle, found = f"{name}={tag}".encode(), []
     try:
         entries = os.listdir("/proc")
+        if strict:
+            with open(f"/proc/{os.getpid()}/environ", "rb") as f:
+                f.read()
     except OSError:
+        if strict:
+            raise
         return found
     for entry in entries:
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -55,7 +62,7 @@ def tagged_processes(name: str, tag: str) -> list[int]:
             with open(f"/proc/{entry}/environ", "rb") as f:
                 if needle in f.read().split(b"\0"):
                     found.append(int(entry))
-        except OSError:
+        except OSError:  # ended meanwhile, or not ours to read
             continue
     return found
 
@@ -148,10 +155,11 @@ def pin_this_rank(threads: int) -> dict:
 
 
 def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", env: dict | None = None,
-           network=None) -> dict:
+           network=None, parameters_out: str | None = None) -> dict:
     """Run :mod:`distperf.train` with ``spec`` ({"config", "options"}, :meth:`distperf.config.Config.to_dict`
     and the run options) on ``world_size`` local ranks under ``torch.distributed.run`` (one per emulated
-    node with ``network``, a :class:`~distperf.emulation.spec.NetworkSpec`); return rank 0's result.
+    node with ``network``, a :class:`~distperf.emulation.spec.NetworkSpec`); return rank 0's result. With
+    ``parameters_out`` the ranks also write their trained parameters there (:func:`distperf.train.main`).
     Raises LaunchError on a failure or after ``timeout_s``; leaves no process behind (and no namespace:
     :func:`distperf.emulation.topology.emulated`)."""
     from .emulation.topology import emulated
@@ -163,6 +171,8 @@ def launch(spec: dict, world_size: int, timeout_s: float, device: str = "auto", 
         tag = uuid.uuid4().hex
         child_env = {**rank_environment(world_size, device, env), TAG: tag}
         program = ["-m", "distperf.train", "--spec", spec_path, "--out", out_path]
+        if parameters_out:
+            program += ["--parameters-out", os.path.abspath(parameters_out)]
         with emulated(network) if network else nullcontext() as topo:
             cmds = launcher_commands(world_size, program, topo, child_env)
             code, logs = run_launchers(cmds, child_env, tmp, tag, timeout_s)
@@ -218,10 +228,15 @@ def run_launchers(cmds: list[list[str]], env: dict, log_dir: str, tag: str,
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _child_setup(die_with_parent: bool) -> None:
-    """In the child, before exec: take the stop signals again (:func:`spawn` held them off) and, if asked, get
-    SIGKILL when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+def _child_setup(die_with_parent: bool, memory_limit: int | None = None) -> None:
+    """In the child, before exec: take the stop signals again (:func:`spawn` held them off), limit its address
+    space to ``memory_limit`` bytes (RLIMIT_AS, inherited by its own children) and, if asked, get SIGKILL when the
+    parent dies (Linux prctl PR_SET_PDEATHSIG)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    if memory_limit is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     if die_with_parent:
         try:
             import ctypes
@@ -256,13 +271,15 @@ def _carries_our_tag(pid: int) -> bool:
         return False
 
 
-def spawn(argv: list[str], die_with_parent: bool = False, **popen) -> subprocess.Popen:
+def spawn(argv: list[str], die_with_parent: bool = False, memory_limit: int | None = None,
+          **popen) -> subprocess.Popen:
     """``subprocess.Popen(argv, **popen)`` with SIGINT and SIGTERM held off while it forks: a stop handler that
     raises KeyboardInterrupt inside fork's own handlers has its exception ignored by Python, and the caller would
-    then wait on a child nobody stops. A signal that arrives meanwhile is delivered as soon as the child exists."""
+    then wait on a child nobody stops. A signal that arrives meanwhile is delivered as soon as the child exists.
+    ``memory_limit``: the child's address space in bytes (:func:`_child_setup`)."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        return subprocess.Popen(argv, preexec_fn=lambda: _child_setup(die_with_parent), **popen)
+        return subprocess.Popen(argv, preexec_fn=lambda: _child_setup(die_with_parent, memory_limit), **popen)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
@@ -328,15 +345,24 @@ def rank_errors(out_path: str, world_size: int) -> str:
 
 
 def root_cause(log_path: str) -> str:
-    """torchrun's "Root Cause (first observed failure)": which rank, with which exit status."""
+    """torchrun's "Root Cause (first observed failure)": which rank, with which exit status; and any other rank
+    killed by a signal other than the SIGTERM torchrun sends itself (a rank killed by SIGKILL, as the out-of-memory
+    killer does, while a peer that lost it raised first is the cause, though torchrun may observe the peer first)."""
     with open(log_path, errors="replace") as f:
         text = f.read()
     match = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text, re.S)
     if not match:
         return ""
-    rank, code = match.groups()
-    how = f"was killed by signal {-int(code)}" if int(code) < 0 else f"exited with status {code}"
-    return f"rank {rank} {how} first"
+
+    def how(code: int) -> str:
+        return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+    first = int(match.group(1))
+    summary = text[text.rfind("Failures:", 0, match.start()):]
+    killed = {int(r): int(c) for r, c in re.findall(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", summary, re.S)
+              if int(c) < 0 and -int(c) != signal.SIGTERM and int(r) != first}
+    return "; ".join([f"rank {first} {how(int(match.group(2)))} first",
+                      *(f"rank {r} {how(c)}" for r, c in sorted(killed.items()))])
 
 
 def log_tail(path: str, lines: int = 5) -> str:

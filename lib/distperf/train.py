@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", help="JSON file with 'config' and 'options' (written by distperf run); "
                                   "replaces the layout and run flags")
     p.add_argument("--out", help="write the result JSON here (rank 0) instead of stdout")
+    p.add_argument("--parameters-out", help="write the trained parameters of every rank, whole and by name, to this "
+                                            "file (rank 0, torch.save)")
     p.add_argument("--batch", help="JSON file with the configurations to run one after another (the sweep's); "
                                    "results go to --out-dir")
     p.add_argument("--out-dir", help="with --batch: write configuration i's result to OUT_DIR/<i>.json")
@@ -94,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         placement = place_ranks(distributed)
         if policy == "time":
             cfg = _resolve_time_partition(cfg, opts.device if opts.device != "auto" else "cpu")
-        result = {**run_training(cfg, opts), "placement": placement}
+        result = {**run_training(cfg, opts, parameters=bool(a.parameters_out)), "placement": placement}
+        if a.parameters_out:
+            from .parallel.loop import save_parameters
+
+            save_parameters(result.pop("parameters"), a.parameters_out)
     except ConfigError as e:
         print(f"distperf.train: error: {e}", file=sys.stderr)
         _write_error(a.out, rank, f"{e}")

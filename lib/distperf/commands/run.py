@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -52,6 +53,8 @@ def main(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     check_run(cfg, opts)
     check_choice(args.hardware)
+    if args.parameters_out and not os.path.isdir(os.path.dirname(os.path.abspath(args.parameters_out))):
+        raise ConfigError("parameters-out", f"its directory must exist, got {args.parameters_out!r}")
     device = resolve_device(opts.device)
     if policy == "time":
         from ..parallel.partition import resolve
@@ -71,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         if needs_distributed(cfg) or network:
             result = launch({"config": cfg.to_dict(), "options": asdict(opts)}, world,
-                            opts.timeout_s, opts.device, network=network)
+                            opts.timeout_s, opts.device, network=network, parameters_out=args.parameters_out)
         else:  # one rank, in this process: pinned as a launched rank would be, for the training only
             from ..launch import available_cores, set_affinity
             from ..parallel.loop import run_training
@@ -80,7 +83,11 @@ def main(args: argparse.Namespace) -> int:
             allowed = available_cores()
             try:
                 placement = place_ranks(False)
-                result = {**run_training(cfg, opts), "placement": placement}
+                result = {**run_training(cfg, opts, parameters=bool(args.parameters_out)), "placement": placement}
+                if args.parameters_out:
+                    from ..parallel.loop import save_parameters
+
+                    save_parameters(result.pop("parameters"), args.parameters_out)
             finally:
                 set_affinity(allowed)
     except (LaunchError, SetupError) as e:

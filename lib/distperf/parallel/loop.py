@@ -69,7 +69,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _fault(step: int) -> None:
-    """Test hook: ``DISTPERF_FAULT=kind:rank:step`` makes that rank raise, exit(3) or hang at that step."""
+    """Test hook: ``DISTPERF_FAULT=kind:rank:step`` makes that rank raise, exit(3), hang, or
+    die by SIGKILL (what the kernel's out-of-memory killer does) at that step."""
     fault = parse_fault(os.environ.get("DISTPERF_FAULT"))  # checked before launch (rules.check_run)
     if fault is None:
         return
@@ -81,6 +82,8 @@ def _fault(step: int) -> None:
     if kind == "exit":
         sys.stdout.flush()
         os._exit(3)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a hang that even ignores a polite stop
         while True:
@@ -102,6 +105,27 @@ def step_barrier() -> None:
     if _BARRIER[0] is not dist.group.WORLD:
         _BARRIER[:] = [dist.group.WORLD, dist.new_group(backend="gloo")]
     dist.barrier(group=_BARRIER[1])
+
+
+def save_parameters(parameters: dict[str, torch.Tensor], path: str) -> None:
+    """Write the trained parameters of every rank (each rank's whole tensors, :meth:`Trainer.full_parameters`) to
+    ``path`` as one ``torch.save`` file on rank 0, by name, on the CPU (a tensor two ranks hold, a data-parallel
+    replica's, is taken from the lower rank); through a temporary file and a rename. Collective when distributed."""
+    mine = {name: t.detach().cpu() for name, t in parameters.items()}
+    if dist.is_initialized():
+        gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        if dist.get_rank() != 0:
+            return
+    else:
+        gathered = [mine]
+    merged: dict[str, torch.Tensor] = {}
+    for held in gathered:
+        for name, tensor in held.items():
+            merged.setdefault(name, tensor)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(dict(sorted(merged.items())), tmp)
+    os.replace(tmp, path)
 
 
 def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dict:

@@ -28,7 +28,7 @@ def check_pipeline(cfg: Config, trainer: bool = True) -> None:
                                   "stage; it needs zero 0")
 
 
-FAULTS = ("raise", "exit", "hang")
+FAULTS = ("raise", "exit", "hang", "kill")
 
 
 def parse_fault(spec: str | None) -> tuple[str, int, int] | None:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import sys
 import tempfile
 import time
@@ -36,10 +34,7 @@ from dataclasses import asdict, dataclass, replace
 
 from ..config import Config, ConfigError, RunOptions
 from .grid import Configuration, parser_for
-from .resume import Outcome
-
-OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
-
+from .resume import Outcome, failure_status
 
 @dataclass
 class Job:
@@ -70,8 +65,9 @@ class Job:
 
 
 def batchable(cfg: Configuration) -> bool:
-    """Whether the configuration is one the launches of many can run: ``distperf run``, valid."""
-    return cfg.command == ("distperf", "run") and not cfg.invalid
+    """Whether the configuration is one the launches of many can run: ``distperf run``, valid, writing no
+    parameters file."""
+    return cfg.command == ("distperf", "run") and not cfg.invalid and "parameters-out" not in cfg.params
 
 
 def prepare(cfg: Configuration, repeat: int, timeout: float) -> Job:
@@ -193,9 +189,6 @@ def _failed(code: int, where: str, world: int, logs: list[str]) -> Outcome:
     what = "the launch ended without a result" if code == 0 else f"the launch failed (exit status {code})"
     message = f"{what}: {detail}"
     texts = "".join(open(log, errors="replace").read()[-20000:] for log in logs if os.path.exists(log))
-    killed = any(f"killed by signal {signal.SIGKILL.value}" in c for c in causes) or code in (
-        -signal.SIGKILL, 128 + signal.SIGKILL)
-    status = "oom" if OOM.search(detail) or OOM.search(texts) or killed else "failed"
-    if killed and not OOM.search(detail):
-        message = f"killed by SIGKILL (likely the out-of-memory killer) {message}"
+    status, note = failure_status(code, detail, texts)
+    message = f"{note} {message}".strip()
     return Outcome(status, message[:500], 0.0, code, None)

@@ -12,6 +12,9 @@ skip_invalid: false       # true: a configuration the command rejects becomes an
 network: nodes=2,ranks_per_node=1,inter=200mbit   # optional: run every configuration on an emulated
                           #   cluster (run's --network, the same as base: {network: …}; needs root);
                           #   grid: {network: [SPEC, SPEC]} varies it
+memory_limit: 4GiB        # optional: the address space each process of a configuration may map (RLIMIT_AS):
+                          #   an allocation past it fails, as on a device that is full, and the row is 'oom';
+                          #   such an experiment runs one configuration per process
 base:                     # flags shared by every configuration (without the leading --)
   model: small
   steps: 5
@@ -49,8 +52,8 @@ from pathlib import Path
 
 from ..config import ConfigError
 
-TOP_KEYS = ("name", "description", "command", "timeout", "scale", "repeats", "skip_invalid", "network", "base", "env",
-            "grid", "exclude")
+TOP_KEYS = ("name", "description", "command", "timeout", "scale", "repeats", "skip_invalid", "network", "memory_limit",
+            "base", "env", "grid", "exclude")
 TIMED_REPEATS = 3  # the default repeats of a run experiment at scale cpu or gpu: run-to-run spread needs at least 3
 DISTPERF_COMMANDS = ("run", "predict")
 RESERVED_FLAGS = ("json", "help")
@@ -101,6 +104,7 @@ class Experiment:
     description: str = ""
     configurations: list = field(default_factory=list)
     repeats: int | None = None  # None: the default of the scale (:meth:`repeats_at`)
+    memory_limit: float | None = None  # bytes of address space per process (RLIMIT_AS), None: no limit
 
     @property
     def varying(self) -> list[str]:
@@ -247,6 +251,14 @@ def _parse(data: dict, source: str, workdir: Path) -> tuple[Experiment, dict]:
     repeats = data.get("repeats")
     if repeats is not None:
         check_repeats(repeats, f"{source}: repeats")
+    memory_limit = data.get("memory_limit")
+    if memory_limit is not None:
+        from ..units import parse_size
+
+        try:
+            memory_limit = parse_size(memory_limit, "memory_limit")
+        except ConfigError as e:
+            raise _err(source, "memory_limit", e.rule) from None
 
     base, fields = {}, {}
     if data.get("network") is not None:
@@ -303,7 +315,8 @@ def _parse(data: dict, source: str, workdir: Path) -> tuple[Experiment, dict]:
     command = _command(source, workdir, data.get("command", "run"))
     return Experiment(name=name, source=source, workdir=workdir, command=command, base=base, env=env, grid=grid,
                       exclude=exclude, timeout=timeout, scale=scale, skip_invalid=skip_invalid,
-                      description=str(data.get("description", "")), repeats=repeats), fields
+                      description=str(data.get("description", "")), repeats=repeats,
+                      memory_limit=memory_limit), fields
 
 
 def check_repeats(value, field_name: str = "repeats") -> int:

@@ -21,6 +21,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +34,28 @@ from ..results import PROVENANCE_COLUMNS, write_csv_atomic
 
 ROW_COLUMNS = ("experiment", "config_hash", "repeat", "status", "message", "elapsed_s", "returncode")
 STATUSES = ("ok", "failed", "timeout", "oom", "invalid", "skipped")
+
+
+OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory|can't allocate memory", re.I)
+KILLED = re.compile(r"killed by signal 9\b")
+TIMED_OUT = re.compile(r"did not finish within|timed out", re.I)
+KILLED_NOTE = "killed by SIGKILL (likely the out-of-memory killer)"
+
+
+def failure_status(code: int | None, message: str, *logs: str) -> tuple[str, str]:
+    """The status of a run that failed, from its exit status, its error ``message`` and its ``logs``: ``oom`` when
+    they name memory (torch's ``DefaultCPUAllocator: can't allocate memory`` under an address-space limit, CUDA's
+    out of memory, Python's MemoryError), ``timeout`` when the message says it ran out of time, ``oom`` again when it
+    or one of its ranks was killed by SIGKILL (what the kernel's out-of-memory killer sends), else ``failed``; and a
+    note to put in front of the message (:data:`KILLED_NOTE` for a SIGKILL, else empty)."""
+    texts = (message, *logs)
+    if any(OOM.search(t) for t in texts):
+        return "oom", ""
+    if TIMED_OUT.search(message):
+        return "timeout", ""
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL) or any(KILLED.search(t) for t in texts):
+        return "oom", KILLED_NOTE
+    return "failed", ""
 
 
 @dataclass

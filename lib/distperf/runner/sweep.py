@@ -6,8 +6,9 @@ repeat round that share a world size, an environment and a network train one aft
 group, and each repeat round has launches of its own, so that the repeats of a configuration are independent
 processes. Only repeat 0 measures memory and communication (byte counts, the same in every run), unless the
 configuration sets ``measure`` itself (``measure: true`` measures every repeat: waiting times vary). With
-``batch=False`` (``sweep --one-per-process``), and for any other command, each configuration runs as ``python -m
-distperf run FLAGS --json`` (or the experiment's command) in a session of its own, with a timeout; at the timeout
+``batch=False`` (``sweep --one-per-process``), in an experiment with a ``memory_limit`` (each of its processes
+limited to that address space) and for any other command, each configuration runs as ``python -m distperf run
+FLAGS --json`` (or the experiment's command) in a session of its own, with a timeout; at the timeout
 the whole process group gets SIGINT (``run`` then stops its ranks itself), then SIGKILL, and so does every process
 that carries the configuration's tag in its environment (ranks that started sessions of their own). The child also
 dies if the sweep is killed (``PR_SET_PDEATHSIG`` on Linux).
@@ -51,12 +52,10 @@ from ..launch import kill_tagged, spawn
 from ..results import PROVENANCE_COLUMNS, provenance
 from .batch import batchable, prepare, run_jobs
 from .grid import Configuration, Experiment
-from .resume import ROW_COLUMNS, Item, Outcome, config_hash, run_all, timestamp
+from .resume import ROW_COLUMNS, Item, Outcome, config_hash, failure_status, run_all, timestamp
 
 TAG = "DISTPERF_SWEEP_TAG"
 DEFAULT_TIMEOUT = 600.0
-_OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
-_TIMEOUT = re.compile(r"did not finish within|timed out", re.I)
 
 
 def flatten(obj: dict, prefix: str = "") -> dict:
@@ -117,10 +116,11 @@ def _last_error_line(text: str) -> str:
     return (lines[-1] if lines else "")[:500]
 
 
-def run_configuration(cfg: Configuration, timeout: float, cwd: Path, repeat: int = 0) -> Outcome:
-    """Run one configuration in a fresh process group; never raises for the child's failures. A repeat after the
-    first of ``run`` measures no memory or communication (``--no-measure``) unless the configuration sets
-    ``measure`` itself."""
+def run_configuration(cfg: Configuration, timeout: float, cwd: Path, repeat: int = 0,
+                      memory_limit: float | None = None) -> Outcome:
+    """Run one configuration in a fresh process group, each of its processes limited to ``memory_limit`` bytes of
+    address space if given; never raises for the child's failures. A repeat after the first of ``run`` measures no
+    memory or communication (``--no-measure``) unless the configuration sets ``measure`` itself."""
     if cfg.command[:1] == ("distperf",):
         argv = [sys.executable, "-m", "distperf", cfg.command[1], *cfg.flags()]
         if cfg.command[1] == "run" and "timeout" not in cfg.params:
@@ -136,7 +136,7 @@ def run_configuration(cfg: Configuration, timeout: float, cwd: Path, repeat: int
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = spawn(argv, die_with_parent=sys.platform.startswith("linux"), stdout=out, stderr=err, env=env, cwd=cwd,
-                     start_new_session=True)
+                     start_new_session=True, memory_limit=None if memory_limit is None else int(memory_limit))
         timed_out = False
         try:
             proc.wait(timeout=timeout)
@@ -157,14 +157,8 @@ def run_configuration(cfg: Configuration, timeout: float, cwd: Path, repeat: int
     message = _last_error_line(stderr) or _last_error_line(stdout)
     if code == 0:
         return Outcome("failed", f"exit status 0 but no JSON object on stdout: {message}"[:500], elapsed, code, None)
-    if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and not _OOM.search(stderr):
-        message = f"killed by SIGKILL (likely the out-of-memory killer) {message}".strip()
-        return Outcome("oom", message, elapsed, code, None)
-    if _OOM.search(stderr):
-        return Outcome("oom", message, elapsed, code, None)
-    if _TIMEOUT.search(message):
-        return Outcome("timeout", message, elapsed, code, None)
-    return Outcome("failed", message or f"exit status {code}", elapsed, code, None)
+    status, note = failure_status(code, message, stderr)
+    return Outcome(status, f"{note} {message or f'exit status {code}'}".strip()[:500], elapsed, code, None)
 
 
 def network_skip(cfg: Configuration) -> Outcome | None:
@@ -225,7 +219,7 @@ def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool 
             if cfg.invalid:
                 outcome = Outcome("invalid", cfg.invalid[:500], 0.0, None, None)
             else:
-                outcome = network_skip(cfg) or run_configuration(cfg, timeout, exp.workdir, repeat)
+                outcome = network_skip(cfg) or run_configuration(cfg, timeout, exp.workdir, repeat, exp.memory_limit)
             return make_row(exp, cfg, outcome, prov, repeat)
         return run
 
@@ -236,7 +230,7 @@ def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool 
             jobs = []
             for item in (i for i in todo if i.repeat == repeat):
                 cfg = configurations[item.hash]
-                if not batch or not batchable(cfg) or network_skip(cfg) is not None:
+                if not batch or exp.memory_limit or not batchable(cfg) or network_skip(cfg) is not None:
                     yield item.run()
                     continue
                 try:
