@@ -1,6 +1,9 @@
 # distperf — `make book`: measure this machine, then build the HTML book into _build/html.
 #            `make test`: the same set-up, pytest, then a smoke build of the book (what CI runs).
-# Variables: SCALE (smoke | cpu | gpu; default cpu, or gpu with DEVICE=cuda), DEVICE (auto | cpu | cuda).
+#            `make book FROM=reference`: a reader's build, from the archived results in data/reference/ (no measuring).
+#            `make reference`: measure this machine at SCALE and archive the results as the reference dataset.
+# Variables: SCALE (smoke | cpu | gpu; default cpu, or gpu with DEVICE=cuda), DEVICE (auto | cpu | cuda),
+#            FROM (fresh | reference; default fresh).
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
@@ -11,13 +14,17 @@ ifeq ($(DEVICE),cuda)
 SCALE ?= gpu
 endif
 SCALE ?= cpu
+FROM ?= fresh
+REFERENCE ?= cpu-2c
 
-# The smoke book goes to its own folder, so that `make test` never touches the real one.
-BOOK_OUT := $(if $(filter smoke,$(SCALE)),_build/smoke,.)
+# The smoke book and the reader's book go to folders of their own, so that `make test` never touches the real one.
+BOOK_OUT := $(if $(filter reference,$(FROM)),_build/reader,$(if $(filter smoke,$(SCALE)),_build/smoke,.))
 HTML := $(BOOK_OUT)/_build/html
 EXECUTED := _build/executed/$(SCALE)-$(DEVICE)
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 RUNS := $(patsubst notebooks/%.ipynb,$(EXECUTED)/%.ipynb,$(NOTEBOOKS))
+# what the book is built from: the notebooks' runs, or none in a reader's build
+BOOK_RUNS := $(if $(filter reference,$(FROM)),,$(RUNS))
 # What an experiment's measurements depend on: the library, except what only the chapters read (the cost
 # model, the analysis, the published values, the plots and book helpers).
 MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/analysis/% lib/distperf/published.py lib/distperf/plots.py \
@@ -25,11 +32,13 @@ MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/analysis/% lib/dist
 INSTALLED := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export DISTPERF_SCALE := $(SCALE)
+export DISTPERF_FROM := $(FROM)
+export DISTPERF_REFERENCE := $(REFERENCE)
 # Chapters write each figure as SVG and PNG (tables as CSV) here; the build publishes them as figures/.
 FIGURES := $(BOOK_OUT)/_build/figures
 export DISTPERF_FIGURES := $(abspath $(FIGURES))
 
-.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference
+.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference reference
 .DELETE_ON_ERROR:
 
 book: $(HTML)/index.html  ## measure (papermill) and build the HTML book
@@ -58,16 +67,16 @@ $(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
 # Chapters execute through jupyter-cache: unchanged code is not re-executed. What their code reads (the
 # fresh and reference results and the library) is hashed too: a change of it clears that cache and
 # rebuilds every page (Sphinx alone re-reads only the pages whose source changed).
-$(HTML)/index.html: $(RUNS) _config.yml _toc.yml references.bib $(shell find lib -name '*.py') \
+$(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell find lib -name '*.py') \
   $(wildcard chapters/* _ext/*.py _static/* data/published/*) | $(INSTALLED)
 	stamp=$(BOOK_OUT)/_build/.inputs; \
-	inputs=$$( { echo $(SCALE); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
+	inputs=$$( { echo $(SCALE) $(FROM); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.json' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
 	jupyter-book build . --path-output $(BOOK_OUT) -nW --keep-going $$all; \
 	echo "$$inputs" > $$stamp; \
 	mkdir -p $(HTML)/figures $(HTML)/notebooks/chapters; \
 	cp $(FIGURES)/* $(HTML)/figures/; \
-	cp $(RUNS) $(HTML)/notebooks/; \
+	cp $(or $(BOOK_RUNS),data/reference/$(REFERENCE)/notebooks/*.ipynb) $(HTML)/notebooks/; \
 	cp $(BOOK_OUT)/_build/jupyter_execute/chapters/*.ipynb $(HTML)/notebooks/chapters/; \
 	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
@@ -75,6 +84,8 @@ test: $(INSTALLED) chromium  ## pytest, then the smoke build of the book and its
 	$(BIN)/pytest -q
 	$(MAKE) book SCALE=smoke
 	$(MAKE) browser-check SCALE=smoke
+	$(MAKE) book FROM=reference
+	$(MAKE) browser-check FROM=reference
 
 chromium:  ## headless Chromium and its driver for the browser check (Debian packages)
 	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -qq && \
@@ -94,6 +105,11 @@ gpu-reference: | $(INSTALLED)
 # archived to data/reference/<machine>/twobw_convergence_long.csv (scripts/convergence_reference.py).
 convergence-reference: | $(INSTALLED)
 	$(BIN)/python scripts/convergence_reference.py
+
+# The reference dataset: this machine's results at SCALE (measured first, as `make data` does), archived to
+# data/reference/<machine>/ with a manifest (commit, date, torch, machine, a content hash per table).
+reference: $(RUNS) | $(INSTALLED)
+	$(BIN)/python -m distperf.reference --scale $(SCALE) --executed $(EXECUTED)
 
 clean:  ## remove build outputs and fresh results (not the virtual environment)
 	rm -rf _build data/fresh

@@ -45,3 +45,20 @@ def test_figure_entry_is_keyed_by_the_books_key_and_the_label():
   howpublished = {figures/fig-x.svg in the book cited as distperf2031},
   note         = {distperf 1.2.3, commit abc123; data: see the figure's caption},
 }"""
+
+
+def test_the_data_statement_names_the_archive_or_says_the_build_is_fresh(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from distperf import reference, results
+    from distperf.analysis.how_to_cite import data_statement
+
+    monkeypatch.setattr(results, "DATA", tmp_path)
+    monkeypatch.delenv("DISTPERF_FROM", raising=False)
+    assert data_statement("cpu").startswith("this machine's own measurements") and "will not" in data_statement("cpu")
+    results.write_csv_atomic(pd.DataFrame({"a": [1]}), tmp_path / "fresh" / "cpu" / "t.csv")
+    reference.archive(tmp_path / "fresh" / "cpu", tmp_path / "reference" / "cpu-2c", "cpu")
+    monkeypatch.setenv("DISTPERF_FROM", "reference")
+    text = data_statement("cpu")
+    assert text.startswith("the reference dataset data/reference/cpu-2c/") and "1 tables" in text
+    assert "stable, citable" in text

@@ -83,13 +83,22 @@ def test_link_calibrations_gather_the_tables_and_the_fits(tmp_path):
     assert len(calibration) == 3 and fits == FITS
 
 
-def test_calibration_provenance(monkeypatch):
+def test_calibration_provenance(monkeypatch, tmp_path):
     monkeypatch.setattr(results, "git_commit", lambda: "abc123")
     monkeypatch.setattr(results, "device_name", lambda device: "Some CPU")
     monkeypatch.setattr(results, "machine_slug", lambda device: "cpu-2c")
+    monkeypatch.delenv("DISTPERF_FROM", raising=False)
     calibration, _ = net.link_calibrations(_calibration_sections())
-    assert net.calibration_provenance(calibration, "smoke") == (
+    assert net.calibration_provenance(calibration, "smoke", tmp_path) == (  # files without provenance: this machine
         "Some CPU (cpu-2c, this build), calibration under emulation, commit abc123, scale smoke")
+    for name, date in (("a", "2026-12-01T11:15:00Z"), ("b", "2026-12-02T09:00:00Z")):
+        (tmp_path / f"network_calibration_{name}.calibration.json").write_text(json.dumps({"provenance": {
+            "machine": "cpu-8c", "device_name": "Other CPU", "commit": "def456", "date": date}}))
+    assert net.calibration_provenance(calibration, "cpu", tmp_path) == (  # what the calibration files record
+        "Other CPU (cpu-8c, this build), calibration under emulation, 2026-12-01 to 2026-12-02, commit def456, "
+        "scale cpu")
+    monkeypatch.setenv("DISTPERF_FROM", "reference")
+    assert "(cpu-8c, reference data)" in net.calibration_provenance(calibration, "cpu", tmp_path)
     assert net.calibration_provenance(pd.DataFrame(), "smoke").startswith("the cost model alone, no measurement")
 
 

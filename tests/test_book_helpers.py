@@ -68,6 +68,21 @@ def test_glue_figure_writes_svg_and_png_under_its_label_with_provenance(tmp_path
         book.glue_figure("fig a/b", plt.figure(), "prov")
 
 
+def test_the_same_figure_gives_the_same_bytes(tmp_path, monkeypatch):
+    def draw():
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [3, 4])  # a clipped line: its SVG clip-path gets an id
+        ax.fill_between([1, 2], [0, 1], [2, 3], alpha=0.2)
+        return fig
+
+    files = []
+    for k in range(2):
+        monkeypatch.setenv(book.FIGURES_ENV, str(tmp_path / str(k)))
+        book.glue_figure("fig-same", draw(), "prov")
+        files.append({p.name: p.read_bytes() for p in (tmp_path / str(k)).iterdir()})
+    assert files[0] == files[1] and b"clip-path" in files[0]["fig-same.svg"]
+
+
 def test_hardware_profiles_names_the_profile_and_its_numbers(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "DATA", tmp_path)
     with pytest.raises(FileNotFoundError, match="calibration"):

@@ -33,7 +33,8 @@ def _machine_line(rows, scale: str) -> str:
     commits = ", ".join(dict.fromkeys(str(c) for c in rows["commit"].dropna()))
     if "scale" in rows:
         scale = ", ".join(dict.fromkeys(str(s) for s in rows["scale"].dropna())) or scale
-    origin = "this build" if first.get("source", "fresh") == "fresh" else "reference data"
+    origin = ("reference data" if results.book_from() == "reference" else "this build") \
+        if first.get("source", "fresh") == "fresh" else "reference data"
     return f"{first.device_name} ({first.machine}, {origin}), {when}, commit {commits}, scale {scale}"
 
 
@@ -64,14 +65,15 @@ def _profile_line(path: Path) -> str:
 
 
 def hardware_profiles(scale: str | None = None) -> str:
-    """The measured hardware profiles behind a chapter's numbers: this build's
-    ``data/fresh/<scale>/hardware.json`` (written by the calibration notebook), then any committed
-    ``data/reference/<machine>/hardware.json``."""
-    fresh = results.fresh_dir(scale or results.book_scale()) / "hardware.json"
-    if not fresh.exists():
-        raise FileNotFoundError(f"{fresh} is missing: the calibration notebook writes it (`make data`)")
-    refs = sorted((results.DATA / "reference").glob("*/hardware.json"))
-    return "; ".join(["this build: " + _profile_line(fresh)] + [f"reference: {_profile_line(r)}" for r in refs])
+    """The measured hardware profiles behind a chapter's numbers: the book's own ``hardware.json`` (this build's
+    ``data/fresh/<scale>/``, written by the calibration notebook, or the archive's in a reader's build), then any
+    other committed ``data/reference/<machine>/hardware.json``."""
+    own = results.book_dir(scale) / "hardware.json"
+    if not own.exists():
+        raise FileNotFoundError(f"{own} is missing: the calibration notebook writes it (`make data`)")
+    refs = sorted(p for p in (results.DATA / "reference").glob("*/hardware.json") if p.parent != own.parent)
+    label = "reference build" if results.book_from() == "reference" else "this build"
+    return "; ".join([f"{label}: " + _profile_line(own)] + [f"reference: {_profile_line(r)}" for r in refs])
 
 
 def _stable(name: str) -> str:
@@ -83,7 +85,8 @@ def _stable(name: str) -> str:
 def glue_figure(name: str, fig, provenance: str) -> None:
     """Glue ``fig`` under ``name`` for a ``{glue:figure}``, its provenance under ``<name>-provenance`` for the
     caption, and write ``<name>.svg`` and ``<name>.png``, whose metadata carry the provenance; the figure is
-    closed."""
+    closed. The same figure gives the same bytes on every build: no date in the SVG, and its element ids salted with
+    the figure's name rather than at random."""
     import matplotlib.pyplot as plt
     from myst_nb import glue
 
@@ -91,7 +94,8 @@ def glue_figure(name: str, fig, provenance: str) -> None:
     out = figures_dir()
     out.mkdir(parents=True, exist_ok=True)
     meta = {"Title": name, "Description": f"distperf figure {name}. Data: {provenance}"}
-    fig.savefig(out / f"{name}.svg", metadata={**meta, "Date": None})
+    with plt.rc_context({"svg.hashsalt": name}):
+        fig.savefig(out / f"{name}.svg", metadata={**meta, "Date": None})
     fig.savefig(out / f"{name}.png", metadata={**meta, "Source": "distperf"})
     glue(name, fig, display=False)
     glue(f"{name}-provenance", provenance, display=False)

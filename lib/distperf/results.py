@@ -1,8 +1,13 @@
 """Where results live, and how they are written: tidy CSV tables with provenance, written atomically.
 
 - ``data/fresh/<scale>/<experiment>.csv``: measurements of the machine that builds the book (git-ignored);
-- ``data/reference/<machine>/<experiment>.csv``: committed results of other machines (a GPU, say), each row
-  with its provenance; see ``data/README.md``.
+- ``data/reference/<machine>/<experiment>.csv[.gz]``: committed results, each row with its provenance; a directory
+  with a ``MANIFEST.json`` is an archived build (:mod:`distperf.reference`); see ``data/README.md``.
+
+A book is built from its *own* data (:func:`book_dir`): this machine's fresh tables (``make book``), or, in a
+reader's build (``make book FROM=reference``, ``DISTPERF_FROM=reference``), the archived build at the book's scale,
+read in their place (``source`` is then still ``fresh``: the data the book is built from; its captions name the
+archive, :func:`data_identity`).
 """
 from __future__ import annotations
 
@@ -32,6 +37,52 @@ def fresh_dir(scale: str) -> Path:
 def book_scale() -> str:
     """The scale a book build shows: $DISTPERF_SCALE (set by the Makefile), else cpu."""
     return check_scale(os.environ.get("DISTPERF_SCALE", "cpu"))
+
+
+FROM = ("fresh", "reference")
+CANONICAL = "cpu-2c"  # the archived build a reader's build reads unless $DISTPERF_REFERENCE names another
+
+
+def book_from() -> str:
+    """Where a book build's own data comes from: $DISTPERF_FROM (``fresh``, the default, or ``reference``)."""
+    value = os.environ.get("DISTPERF_FROM", "fresh") or "fresh"
+    if value not in FROM:
+        raise ValueError(f"DISTPERF_FROM: must be one of {', '.join(FROM)}, got {value!r}")
+    return value
+
+
+def archive_dir(scale: str) -> Path:
+    """The archived build a reader's build at ``scale`` reads: ``data/reference/$DISTPERF_REFERENCE`` (default
+    :data:`CANONICAL`), which must hold a manifest of that scale."""
+    from .reference import read_manifest
+
+    machine = os.environ.get("DISTPERF_REFERENCE") or CANONICAL
+    directory = DATA / "reference" / machine
+    manifest = read_manifest(directory)
+    if manifest is None or manifest.get("scale") != scale:
+        found = manifest.get("scale") if manifest else "no archived build"
+        raise FileNotFoundError(f"{directory}: a reader's build at scale {scale} needs an archived build of that "
+                                f"scale there (found: {found}); `make reference SCALE={scale}` writes one")
+    return directory
+
+
+def book_dir(scale: str | None = None) -> Path:
+    """The directory of the book's own data at ``scale``: fresh, or the archive in a reader's build."""
+    scale = scale or book_scale()
+    return archive_dir(scale) if book_from() == "reference" else fresh_dir(scale)
+
+
+def table_path(directory: Path, experiment: str) -> Path | None:
+    """``<experiment>.csv`` or ``.csv.gz`` in ``directory``, whichever exists."""
+    for name in (f"{experiment}.csv", f"{experiment}.csv.gz"):
+        if (directory / name).exists():
+            return directory / name
+    return None
+
+
+def archived_builds() -> set[Path]:
+    """The directories of ``data/reference/`` that hold an archived build (a manifest)."""
+    return {p.parent for p in (DATA / "reference").glob("*/MANIFEST.json")}
 
 
 def git_commit() -> str:
@@ -113,27 +164,48 @@ def write_csv_atomic(frame, path: Path) -> Path:
 
 
 def load(experiment: str, scale: str | None = None, archived: bool = False):
-    """Fresh results of this machine at ``scale`` and every committed reference table, in one DataFrame.
+    """The book's own results at ``scale`` (:func:`book_dir`) and the committed reference tables, in one DataFrame.
 
-    A column ``source`` says 'fresh' or 'reference'. A missing fresh table is an error that says how to
-    produce it; reference tables are optional. An ``archived`` experiment (one too long for a build, such as the
-    long convergence study) is read from the reference tables, with a fresh table beside them where one exists.
+    A column ``source`` says 'fresh' (the book's own data) or 'reference'. A missing table of the book's own is an
+    error that says how to produce it. Reference tables are those of other machines (a GPU's), and those of archived
+    builds only for an ``archived`` experiment (one too long for a build, such as the long convergence study), which
+    is read from them, with a table of the book's own beside them where one exists.
     """
     import pandas as pd
 
     scale = scale or book_scale()
-    fresh = fresh_dir(scale) / f"{experiment}.csv"
-    references = sorted((DATA / "reference").glob(f"*/{experiment}.csv"))
-    if not fresh.exists() and not (archived and references):
-        raise FileNotFoundError(f"{fresh} is missing: run `make data SCALE={scale}` (or `make book`) first"
-                                if not archived else f"no table of {experiment} in data/reference/ or {fresh.parent}")
-    paths = ([fresh] if fresh.exists() else []) + references
-    kinds = (["fresh"] if fresh.exists() else []) + ["reference"] * len(references)
-    frames = [pd.read_csv(path) for path in paths]
+    own_dir = book_dir(scale)
+    own = table_path(own_dir, experiment)
+    builds = archived_builds()
+    references = sorted(p for p in (DATA / "reference").glob(f"*/{experiment}.csv*")
+                        if p.name in (f"{experiment}.csv", f"{experiment}.csv.gz") and p.parent != own_dir
+                        and (archived or p.parent not in builds))
+    if own is None and not (archived and references):
+        raise FileNotFoundError(f"{own_dir / (experiment + '.csv')} is missing: run `make data SCALE={scale}` (or "
+                                f"`make book`) first" if not archived
+                                else f"no table of {experiment} in data/reference/ or {own_dir}")
+    paths = ([own] if own is not None else []) + references
+    kinds = (["fresh"] if own is not None else []) + ["reference"] * len(references)
+    frames = [pd.read_csv(path, low_memory=False) for path in paths]
     source = pd.Series([kind for kind, f in zip(kinds, frames) for _ in range(len(f))], name="source", dtype=object)
     # one concatenation rather than a column inserted into a frame of hundreds of columns (pandas then warns, and
     # the warning would print in the book)
     return pd.concat([pd.concat(frames, ignore_index=True), source], axis=1)
+
+
+def data_identity(experiment: str, scale: str | None = None) -> str:
+    """Which data a figure drawn from ``experiment``'s table shows, for its caption: the archive's machine, table
+    and content hash in a reader's build (stable: the same figure on every rebuild), else ``this build's
+    measurements (<machine>, commit <c>)`` (a fresh build: another build draws another figure)."""
+    from .reference import sha256, read_table_bytes, table_identity
+
+    scale = scale or book_scale()
+    directory = book_dir(scale)
+    if book_from() == "reference":
+        return "reference data " + (table_identity(experiment, directory) or f"{directory.name} · {experiment}")
+    path = table_path(directory, experiment)
+    digest = sha256(read_table_bytes(path))[:12] if path else "missing"
+    return f"this build's measurements ({machine_slug('cpu')}, commit {git_commit()}, {experiment} sha256 {digest})"
 
 
 def signed_error(predicted, measured):

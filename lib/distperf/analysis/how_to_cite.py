@@ -48,3 +48,20 @@ def figure_entry(cff: dict, commit: str, built: dt.datetime, label: str, title: 
   howpublished = {{figures/{label}.svg in the book cited as {key}}},
   note         = {{distperf {cff['version']}, commit {commit}; data: see the figure's caption}},
 }}"""
+
+
+def data_statement(scale: str | None = None) -> str:
+    """Which data this build shows: in a reader's build the archive (machine, scale, archived from which commit,
+    when, and how many tables), else this machine's fresh measurements, which another build will not reproduce."""
+    from .. import results
+    from ..reference import read_manifest
+
+    scale = scale or results.book_scale()
+    if results.book_from() == "reference":
+        directory = results.book_dir(scale)
+        m = read_manifest(directory)
+        return (f"the reference dataset data/reference/{directory.name}/ ({m['device_name']}, scale {m['scale']}), "
+                f"archived {m['archived_at'][:10]} from commit {m['archived_commit']}, {len(m['tables'])} tables, "
+                f"each named with its sha256 in MANIFEST.json: stable, citable")
+    return (f"this machine's own measurements ({results.machine_slug('cpu')}, scale {scale}, data/fresh/{scale}/, "
+            f"commit {results.git_commit()}): a fresh build, which another build will not draw the same")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -101,13 +102,21 @@ def read_link_calibrations(directory):
                               for side in sorted(directory.glob("network_calibration_*.calibration.json"))])
 
 
-def calibration_provenance(calibration, scale: str) -> str:
-    """Where the link calibration came from: this machine, this build's commit and ``scale``; the cost model's
-    provenance where nothing was calibrated."""
+def calibration_provenance(calibration, scale: str, directory=None) -> str:
+    """Where the link calibration came from: the machine, date and commit its files record (``directory``'s
+    ``network_calibration_*.calibration.json``), labelled this build or reference data (a reader's build), and
+    ``scale``; the cost model's provenance where nothing was calibrated."""
     if not len(calibration):
         return book.model_provenance()
-    return (f"{results.device_name('cpu')} ({results.machine_slug('cpu')}, this build), calibration under emulation, "
-            f"commit {results.git_commit()}, scale {scale}")
+    sides = [json.loads(p.read_text()).get("provenance", {})
+             for p in sorted(Path(directory or results.book_dir(scale)).glob("network_calibration_*.calibration.json"))]
+    origin = "reference data" if results.book_from() == "reference" else "this build"
+    machine = sides[0].get("machine", results.machine_slug("cpu")) if sides else results.machine_slug("cpu")
+    device = sides[0].get("device_name", results.device_name("cpu")) if sides else results.device_name("cpu")
+    commits = ", ".join(dict.fromkeys(str(p.get("commit", "unknown")) for p in sides)) or results.git_commit()
+    dates = sorted({str(p.get("date", ""))[:10] for p in sides} - {""})
+    when = (f", {dates[0]}" if len(dates) == 1 else f", {dates[0]} to {dates[-1]}") if dates else ""
+    return f"{device} ({machine}, {origin}), calibration under emulation{when}, commit {commits}, scale {scale}"
 
 
 def link_hardware(hw, fits: dict, rate_bits: float, ranks_per_node: int):

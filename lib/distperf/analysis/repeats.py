@@ -143,6 +143,7 @@ def by_configuration(frame, level: float = LEVEL):
 
     runs = frame[frame["status"] == "ok"] if "status" in frame else frame
     keys = _keys(runs)
+    own_columns = [c for c in runs.columns if c.startswith(("arg.", "env.", "config."))]
     out = []
     for key, part in runs.groupby(keys, sort=False, dropna=False):
         if "repeat" in part:
@@ -150,7 +151,7 @@ def by_configuration(frame, level: float = LEVEL):
         times = part[TIME].astype(float).dropna()
         mean, low, high = interval(times, level)
         median = float(times.median()) if len(times) else math.nan
-        own = {c: part.iloc[0][c] for c in part.columns if c.startswith(("arg.", "env.", "config."))}
+        own = part[own_columns].iloc[0].to_dict()
         out.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "repeats": len(times),
                     "median_s": median, "mean_s": mean, "ci_low_s": low, "ci_high_s": high,
                     "ci_half_rel": (high - low) / 2 / median if len(times) > 1 and median else math.nan,

@@ -1,0 +1,246 @@
+"""The reference dataset: one build's results, archived in the repository so that a figure can be cited.
+
+``data/reference/<machine>/`` holds what a build of the study measured on ``<machine>`` (this project's canonical
+one: the 2-core CPU machine at scale ``cpu``; a GPU machine's beside it): every table its notebooks wrote, gzipped
+without a timestamp (``<experiment>.csv.gz``, so that the same table always gives the same bytes), the hardware
+profiles they calibrated (``*.json``), and ``MANIFEST.json``:
+
+- ``machine``, ``device_name``, ``scale``: where and at which scale the tables were measured;
+- ``archived_at``, ``archived_commit``, ``torch``, ``python``: when and from which commit they were archived;
+- ``tables``: per file its ``sha256`` (of the uncompressed CSV: the content, whatever the compression), ``short``
+  (its first 12 hex digits, which the book's captions print), ``rows``, and from its rows' provenance the
+  ``commits`` and the ``first``/``last`` dates of measurement;
+- ``profiles``: per hardware profile its ``sha256``;
+- ``notebooks``: per executed experiment notebook (``notebooks/<name>.ipynb``, what measured the tables, published
+  by a reader's build) its ``sha256`` and whether papermill recorded its end (``finished``: a notebook whose run
+  was stopped after its last cell had completed is kept, with ``finished`` false).
+
+:func:`archive` writes it (``make reference``); :func:`check` verifies a directory against its manifest (a test
+does, for every committed one). A reader's build (``make book FROM=reference``, :func:`distperf.results.load`)
+reads the archived tables in place of fresh ones and measures nothing.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+MANIFEST = "MANIFEST.json"
+SHORT = 12
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_table_bytes(path: Path) -> bytes:
+    """The CSV bytes of a table, ``.csv`` or ``.csv.gz``."""
+    path = Path(path)
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.suffix == ".gz" else data
+
+
+def write_gzip(data: bytes, path: Path) -> None:
+    """``data`` gzipped to ``path`` with no name and a zero timestamp (the same bytes on every run), atomically."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as f:
+        f.write(data)
+    _write_atomic(buffer.getvalue(), path)
+
+
+def _write_atomic(data: bytes, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def table_entry(data: bytes) -> dict:
+    """The manifest's entry of one table (its CSV bytes): hash, rows, and the commits and dates of its rows."""
+    import pandas as pd
+
+    frame = pd.read_csv(io.BytesIO(data), low_memory=False)
+    digest = sha256(data)
+    entry = {"sha256": digest, "short": digest[:SHORT], "rows": int(len(frame))}
+    if "commit" in frame:
+        entry["commits"] = sorted({str(c) for c in frame["commit"].dropna()})
+    if "date" in frame and frame["date"].notna().any():
+        dates = sorted(str(d) for d in frame["date"].dropna())
+        entry.update(first=dates[0], last=dates[-1])
+    return entry
+
+
+def archive(source: Path, dest: Path, scale: str, executed: Path | None = None) -> dict:
+    """Copy every table (``*.csv``) and hardware profile (``*.json``) of ``source`` (a build's
+    ``data/fresh/<scale>``) into ``dest``, the tables gzipped, and the executed notebooks of ``executed`` (papermill's
+    ``_build/executed/<scale>-<device>``) into ``dest/notebooks``; write and return the manifest. Tables already in
+    ``dest`` that ``source`` lacks (an archived long study) stay, and stay in the manifest."""
+    source, dest = Path(source), Path(dest)
+    tables = sorted(source.glob("*.csv"))
+    if not tables:
+        raise FileNotFoundError(f"{source}: no table to archive; build the book at scale {scale} first")
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in tables:
+        write_gzip(path.read_bytes(), dest / f"{path.name}.gz")
+    for path in sorted(source.glob("*.json")):
+        _write_atomic(path.read_bytes(), dest / path.name)
+    if executed is not None and Path(executed).is_dir():
+        (dest / "notebooks").mkdir(exist_ok=True)
+        for path in sorted(Path(executed).glob("*.ipynb")):
+            name = path.name.replace(".part.ipynb", ".ipynb")
+            if path.name.endswith(".part.ipynb") and (Path(executed) / name).exists():
+                continue  # a run in progress beside a finished one
+            if path.name.endswith(".part.ipynb") and not _all_cells_ran(path):
+                continue
+            _write_atomic(path.read_bytes(), dest / "notebooks" / name)
+    manifest = describe(dest, scale)
+    _write_atomic((json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), dest / MANIFEST)
+    return manifest
+
+
+def describe(directory: Path, scale: str) -> dict:
+    """The manifest of ``directory`` as it is now (see the module docstring)."""
+    import platform
+
+    import torch
+
+    from . import results
+
+    directory = Path(directory)
+    tables = {p.name: table_entry(read_table_bytes(p)) for p in sorted(directory.iterdir())
+              if p.name.endswith((".csv", ".csv.gz"))}
+    machines = {m for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz"))
+                for m in _column(read_table_bytes(p), "machine")}
+    names = {m for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz"))
+             for m in _column(read_table_bytes(p), "device_name")}
+    return {
+        "machine": directory.name, "device_name": sorted(names)[0] if len(names) == 1 else sorted(names),
+        "machines_in_rows": sorted(machines), "scale": scale,
+        "archived_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "archived_commit": results.git_commit(), "torch": torch.__version__, "python": platform.python_version(),
+        "tables": tables,
+        "profiles": {p.name: sha256(p.read_bytes()) for p in sorted(directory.glob("*.json")) if p.name != MANIFEST},
+        "notebooks": {p.name: {"sha256": sha256(p.read_bytes()), "finished": _finished(p)}
+                      for p in sorted(directory.glob("notebooks/*.ipynb"))},
+    }
+
+
+def _papermill(path: Path) -> tuple[dict, list[dict]]:
+    notebook = json.loads(Path(path).read_text())
+    cells = [c.get("metadata", {}).get("papermill", {}) for c in notebook["cells"] if c["cell_type"] == "code"]
+    return notebook.get("metadata", {}).get("papermill", {}), cells
+
+
+def _all_cells_ran(path: Path) -> bool:
+    """Whether papermill ran every code cell of the notebook to completion (no cell failed or was left out)."""
+    _, cells = _papermill(path)
+    return bool(cells) and all(c.get("status") == "completed" for c in cells)
+
+
+def _finished(path: Path) -> bool:
+    """Whether papermill recorded the end of the notebook's run, without an exception."""
+    meta, _ = _papermill(path)
+    return bool(meta.get("end_time")) and not meta.get("exception")
+
+
+def _column(data: bytes, name: str) -> set[str]:
+    import pandas as pd
+
+    frame = pd.read_csv(io.BytesIO(data), usecols=lambda c: c == name, low_memory=False)
+    return {str(v) for v in frame[name].dropna()} if name in frame else set()
+
+
+def read_manifest(directory: Path) -> dict | None:
+    path = Path(directory) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def check(directory: Path) -> list[str]:
+    """What differs between ``directory`` and its manifest: a table or profile missing, unlisted, or whose
+    content hash or row count changed. Empty when they agree (or when there is no manifest)."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    if manifest is None:
+        return []
+    problems = []
+    present = {p.name for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz"))}
+    for name, entry in manifest["tables"].items():
+        if name not in present:
+            problems.append(f"{name}: listed in the manifest, missing")
+            continue
+        data = read_table_bytes(directory / name)
+        if sha256(data) != entry["sha256"]:
+            problems.append(f"{name}: content differs from the manifest's sha256")
+    problems += [f"{name}: not in the manifest" for name in sorted(present - set(manifest["tables"]))]
+    for name, digest in manifest.get("profiles", {}).items():
+        path = directory / name
+        if not path.exists() or sha256(path.read_bytes()) != digest:
+            problems.append(f"{name}: profile missing or changed")
+    for name, entry in manifest.get("notebooks", {}).items():
+        path = directory / "notebooks" / name
+        if not path.exists() or sha256(path.read_bytes()) != entry["sha256"]:
+            problems.append(f"notebooks/{name}: missing or changed")
+    return problems
+
+
+def builds() -> dict[str, dict]:
+    """{machine: manifest} of every archived build in ``data/reference/``."""
+    from .results import DATA
+
+    out = {}
+    for directory in sorted((DATA / "reference").iterdir()) if (DATA / "reference").exists() else []:
+        manifest = read_manifest(directory) if directory.is_dir() else None
+        if manifest:
+            out[directory.name] = manifest
+    return out
+
+
+def table_identity(experiment: str, directory: Path) -> str | None:
+    """``<machine> · <table> sha256 <short>`` of an archived table, for a caption; None if not archived there."""
+    manifest = read_manifest(directory)
+    if not manifest:
+        return None
+    for name in (f"{experiment}.csv.gz", f"{experiment}.csv"):
+        if name in manifest["tables"]:
+            return f"{manifest['machine']} · {name} sha256 {manifest['tables'][name]['short']}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m distperf.reference --scale cpu``: archive this machine's fresh results at that scale to
+    ``data/reference/<machine>/`` (``make reference``); ``--check``: verify every archived build instead."""
+    import argparse
+    import sys
+
+    from . import results
+
+    p = argparse.ArgumentParser(prog="python -m distperf.reference", description=main.__doc__.splitlines()[0])
+    p.add_argument("--scale", default="cpu", choices=results.SCALES)
+    p.add_argument("--executed", type=Path, default=None,
+                   help="the executed experiment notebooks to archive beside the tables (default "
+                        "_build/executed/<scale>-auto)")
+    p.add_argument("--check", action="store_true", help="verify every archived build against its manifest")
+    a = p.parse_args(argv)
+    if a.check:
+        problems = [f"{m}: {x}" for m in builds() for x in check(results.DATA / "reference" / m)]
+        print("\n".join(problems) or f"{len(builds())} archived build(s) agree with their manifests")
+        return 1 if problems else 0
+    source = results.fresh_dir(a.scale)
+    dest = results.DATA / "reference" / results.machine_slug("cpu")
+    try:
+        manifest = archive(source, dest, a.scale, a.executed or results.ROOT / "_build" / "executed" / f"{a.scale}-auto")
+    except FileNotFoundError as e:
+        print(f"python -m distperf.reference: error: {e}", file=sys.stderr)
+        return 2
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    print(f"{len(manifest['tables'])} tables, {len(manifest['profiles'])} profiles and {len(manifest['notebooks'])} "
+          f"executed notebooks archived to "
+          f"{dest.relative_to(results.ROOT)} ({size / 1e3:,.0f} kB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

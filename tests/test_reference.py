@@ -1,0 +1,126 @@
+"""The reference dataset: archiving a build's tables with a manifest, checking it, and a reader's build reading it."""
+from __future__ import annotations
+
+import gzip
+
+import pandas as pd
+import pytest
+
+from distperf import reference, results
+from distperf.results import write_csv_atomic
+
+
+def _build(directory, rows=3):
+    frame = pd.DataFrame({"config_hash": [f"h{i}" for i in range(rows)], "status": ["ok"] * rows,
+                          "time_s": [0.1 * (i + 1) for i in range(rows)], "machine": ["cpu-2c"] * rows,
+                          "device_name": ["a CPU (2 cores)"] * rows, "commit": ["abc", "abc", "def"][:rows],
+                          "date": ["2026-12-01T10:00:00Z", "2026-12-01T11:00:00Z", "2026-12-01T12:00:00Z"][:rows]})
+    write_csv_atomic(frame, directory / "exp.csv")
+    (directory / "hardware.json").write_text('{"name": "this machine"}')
+    return frame
+
+
+@pytest.fixture
+def data(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "DATA", tmp_path)
+    monkeypatch.delenv("DISTPERF_FROM", raising=False)
+    monkeypatch.delenv("DISTPERF_REFERENCE", raising=False)
+    return tmp_path
+
+
+def test_an_archive_holds_every_table_gzipped_and_a_manifest_of_their_content(data):
+    frame = _build(data / "fresh" / "cpu")
+    manifest = reference.archive(data / "fresh" / "cpu", data / "reference" / "cpu-2c", "cpu")
+    entry = manifest["tables"]["exp.csv.gz"]
+    raw = (data / "fresh" / "cpu" / "exp.csv").read_bytes()
+    assert entry["sha256"] == reference.sha256(raw) and entry["short"] == entry["sha256"][:12]
+    assert entry["rows"] == 3 and entry["commits"] == ["abc", "def"]
+    assert (entry["first"], entry["last"]) == ("2026-12-01T10:00:00Z", "2026-12-01T12:00:00Z")
+    assert manifest["scale"] == "cpu" and manifest["machine"] == "cpu-2c" and "hardware.json" in manifest["profiles"]
+    archived = data / "reference" / "cpu-2c" / "exp.csv.gz"
+    assert gzip.decompress(archived.read_bytes()) == raw
+    pd.testing.assert_frame_equal(pd.read_csv(archived), frame)
+    first = archived.read_bytes()
+    reference.archive(data / "fresh" / "cpu", data / "reference" / "cpu-2c", "cpu")
+    assert archived.read_bytes() == first  # no timestamp in the gzip: the same table, the same bytes
+    assert reference.check(data / "reference" / "cpu-2c") == []
+    assert not any(p.name.startswith(".") for p in (data / "reference" / "cpu-2c").iterdir())
+
+
+def _notebook(path, statuses, end="2026-12-01T12:00:00Z"):
+    import json
+
+    cells = [{"cell_type": "code", "metadata": {"papermill": {"status": s}}, "source": "", "outputs": []}
+             for s in statuses]
+    path.write_text(json.dumps({"cells": cells, "metadata": {"papermill": {"end_time": end, "exception": None}}}))
+
+
+def test_the_executed_notebooks_that_ran_every_cell_are_archived_beside_the_tables(data):
+    _build(data / "fresh" / "cpu")
+    executed = data / "executed"
+    executed.mkdir()
+    _notebook(executed / "done.ipynb", ["completed", "completed"])
+    _notebook(executed / "done.part.ipynb", ["completed", "pending"], end=None)  # a rerun in progress: not it
+    _notebook(executed / "stopped.part.ipynb", ["completed", "completed"], end=None)
+    _notebook(executed / "failed.part.ipynb", ["completed", "failed"], end=None)
+    manifest = reference.archive(data / "fresh" / "cpu", data / "reference" / "cpu-2c", "cpu", executed)
+    assert {n: e["finished"] for n, e in manifest["notebooks"].items()} == {"done.ipynb": True, "stopped.ipynb": False}
+    assert (data / "reference" / "cpu-2c" / "notebooks" / "done.ipynb").read_bytes() == (
+        executed / "done.ipynb").read_bytes()
+    (data / "reference" / "cpu-2c" / "notebooks" / "stopped.ipynb").write_text("{}")
+    assert reference.check(data / "reference" / "cpu-2c") == ["notebooks/stopped.ipynb: missing or changed"]
+
+
+def test_the_check_finds_a_changed_missing_or_unlisted_table(data):
+    _build(data / "fresh" / "cpu")
+    where = data / "reference" / "cpu-2c"
+    reference.archive(data / "fresh" / "cpu", where, "cpu")
+    reference.write_gzip(b"config_hash,status\nh9,ok\n", where / "exp.csv.gz")
+    (where / "other.csv").write_text("a\n1\n")
+    (where / "hardware.json").write_text("{}")
+    assert reference.check(where) == ["exp.csv.gz: content differs from the manifest's sha256",
+                                      "other.csv: not in the manifest", "hardware.json: profile missing or changed"]
+    (where / "exp.csv.gz").unlink()
+    assert reference.check(where)[0] == "exp.csv.gz: listed in the manifest, missing"
+
+
+def test_nothing_to_archive_is_one_clear_error(data, capsys):
+    assert reference.main(["--scale", "cpu"]) == 2
+    assert "no table to archive" in capsys.readouterr().err
+
+
+def test_a_readers_build_reads_the_archive_in_place_of_fresh_tables(data, monkeypatch):
+    _build(data / "fresh" / "cpu")
+    reference.archive(data / "fresh" / "cpu", data / "reference" / "cpu-2c", "cpu")
+    write_csv_atomic(pd.DataFrame({"config_hash": ["g"], "status": ["ok"]}), data / "reference" / "gpu" / "exp.csv")
+    fresh = results.load("exp", "cpu")  # a fresh build: the archive of a build is not added a second time
+    assert fresh.source.tolist() == ["fresh"] * 3 + ["reference"]
+    (data / "fresh" / "cpu" / "exp.csv").unlink()
+    monkeypatch.setenv("DISTPERF_FROM", "reference")
+    reader = results.load("exp", "cpu")
+    assert reader.source.tolist() == ["fresh"] * 3 + ["reference"] and reader.time_s.tolist()[:3] == pytest.approx([0.1, 0.2, 0.3])
+    assert results.book_dir("cpu") == data / "reference" / "cpu-2c"
+    assert results.data_identity("exp", "cpu").startswith("reference data cpu-2c · exp.csv.gz sha256 ")
+    with pytest.raises(FileNotFoundError, match="needs an archived build of that scale"):
+        results.book_dir("smoke")
+    monkeypatch.setenv("DISTPERF_FROM", "elsewhere")
+    with pytest.raises(ValueError, match="DISTPERF_FROM: must be one of fresh, reference"):
+        results.load("exp", "cpu")
+
+
+def test_an_archived_long_study_is_read_once_in_either_build(data, monkeypatch):
+    _build(data / "fresh" / "cpu")
+    where = data / "reference" / "cpu-2c"
+    write_csv_atomic(pd.DataFrame({"x": [1, 2]}), where / "long.csv")
+    reference.archive(data / "fresh" / "cpu", where, "cpu")
+    assert "long.csv" in reference.read_manifest(where)["tables"]
+    assert results.load("long", "cpu", archived=True).source.tolist() == ["reference", "reference"]
+    monkeypatch.setenv("DISTPERF_FROM", "reference")
+    assert results.load("long", "cpu", archived=True).source.tolist() == ["fresh", "fresh"]
+
+
+@pytest.mark.parametrize("machine", sorted(reference.builds()) or ["none"])
+def test_every_committed_archive_agrees_with_its_manifest(machine):
+    if machine == "none":
+        pytest.skip("no archived build is committed")
+    assert reference.check(results.DATA / "reference" / machine) == []
