@@ -38,6 +38,18 @@ def test_provenance_names_each_machine_this_build_first():
     assert second == "NVIDIA H200 (nvidia-h200, reference data), 2026-11-21 to 2026-11-22, commit bbb, scale smoke"
 
 
+def test_provenance_names_the_sweep_table_and_its_content_hash(tmp_path, monkeypatch):
+    from distperf import reference
+
+    monkeypatch.setattr(results, "DATA", tmp_path)
+    monkeypatch.delenv("DISTPERF_FROM", raising=False)
+    frame = two_machines().assign(experiment="exp")
+    assert "; table" not in book.provenance_caption(frame, "smoke")  # no table of the book's own: nothing to name
+    results.write_csv_atomic(frame[frame.source == "fresh"].drop(columns="source"), tmp_path / "fresh" / "smoke" / "exp.csv")
+    digest = reference.sha256((tmp_path / "fresh" / "smoke" / "exp.csv").read_bytes())[:12]
+    assert book.provenance_caption(frame, "smoke").endswith(f"scale smoke; table exp sha256 {digest}")
+
+
 def test_per_machine_draws_one_titled_row_per_machine():
     seen = []
 

@@ -95,12 +95,14 @@ def test_a_readers_build_reads_the_archive_in_place_of_fresh_tables(data, monkey
     write_csv_atomic(pd.DataFrame({"config_hash": ["g"], "status": ["ok"]}), data / "reference" / "gpu" / "exp.csv")
     fresh = results.load("exp", "cpu")  # a fresh build: the archive of a build is not added a second time
     assert fresh.source.tolist() == ["fresh"] * 3 + ["reference"]
+    assert results.table_digest("exp", "cpu") == reference.sha256((data / "fresh" / "cpu" / "exp.csv").read_bytes())[:12]
     (data / "fresh" / "cpu" / "exp.csv").unlink()
     monkeypatch.setenv("DISTPERF_FROM", "reference")
     reader = results.load("exp", "cpu")
     assert reader.source.tolist() == ["fresh"] * 3 + ["reference"] and reader.time_s.tolist()[:3] == pytest.approx([0.1, 0.2, 0.3])
     assert results.book_dir("cpu") == data / "reference" / "cpu-2c"
-    assert results.data_identity("exp", "cpu").startswith("reference data cpu-2c · exp.csv.gz sha256 ")
+    digest = reference.read_manifest(data / "reference" / "cpu-2c")["tables"]["exp.csv.gz"]["short"]
+    assert results.table_digest("exp", "cpu") == digest and results.table_digest("nothing", "cpu") is None
     with pytest.raises(FileNotFoundError, match="needs an archived build of that scale"):
         results.book_dir("smoke")
     monkeypatch.setenv("DISTPERF_FROM", "elsewhere")

@@ -40,10 +40,16 @@ def _machine_line(rows, scale: str) -> str:
 
 def provenance_caption(frame, scale: str | None = None) -> str:
     """Where a table's rows came from, one entry per machine (fresh rows first):
-    'device (machine, this build | reference data), date or date range, commit(s), scale', joined by '; '."""
+    'device (machine, this build | reference data), date or date range, commit(s), scale', joined by '; ', then,
+    for the book's own rows of a sweep table (an ``experiment`` column), the table and the start of its content's
+    sha256 (:func:`distperf.results.table_digest`): what a citation of the figure names."""
     scale = scale or results.book_scale()
     order = frame.assign(_fresh=frame.get("source", "fresh") != "fresh").sort_values("_fresh", kind="stable")
-    return "; ".join(_machine_line(rows, scale) for _, rows in order.groupby("machine", sort=False))
+    text = "; ".join(_machine_line(rows, scale) for _, rows in order.groupby("machine", sort=False))
+    own = frame[frame["source"] == "fresh"] if "source" in frame else frame
+    tables = [t for t in dict.fromkeys(own["experiment"].dropna().astype(str)) if results.table_digest(t, scale)] \
+        if "experiment" in own else []
+    return text + "".join(f"; table {t} sha256 {results.table_digest(t, scale)}" for t in tables)
 
 
 def machines(frame) -> list[str]:

@@ -7,7 +7,7 @@
 A book is built from its *own* data (:func:`book_dir`): this machine's fresh tables (``make book``), or, in a
 reader's build (``make book FROM=reference``, ``DISTPERF_FROM=reference``), the archived build at the book's scale,
 read in their place (``source`` is then still ``fresh``: the data the book is built from; its captions name the
-archive, :func:`data_identity`).
+archive and its tables' hashes, :func:`table_digest`).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,19 +194,29 @@ def load(experiment: str, scale: str | None = None, archived: bool = False):
     return pd.concat([pd.concat(frames, ignore_index=True), source], axis=1)
 
 
-def data_identity(experiment: str, scale: str | None = None) -> str:
-    """Which data a figure drawn from ``experiment``'s table shows, for its caption: the archive's machine, table
-    and content hash in a reader's build (stable: the same figure on every rebuild), else ``this build's
-    measurements (<machine>, commit <c>)`` (a fresh build: another build draws another figure)."""
-    from .reference import sha256, read_table_bytes, table_identity
+def table_digest(experiment: str, scale: str | None = None) -> str | None:
+    """The first 12 hex digits of the sha256 of the book's own table of ``experiment`` (its CSV content: in a
+    reader's build the archive's manifest says it), or None when the book has no such table."""
+    from .reference import SHORT, read_manifest
 
     scale = scale or book_scale()
     directory = book_dir(scale)
-    if book_from() == "reference":
-        return "reference data " + (table_identity(experiment, directory) or f"{directory.name} · {experiment}")
     path = table_path(directory, experiment)
-    digest = sha256(read_table_bytes(path))[:12] if path else "missing"
-    return f"this build's measurements ({machine_slug('cpu')}, commit {git_commit()}, {experiment} sha256 {digest})"
+    if path is None:
+        return None
+    if book_from() == "reference":
+        entry = (read_manifest(directory) or {}).get("tables", {}).get(path.name)
+        if entry:
+            return entry["short"]
+    stat = path.stat()
+    return _digest(str(path), stat.st_mtime_ns, stat.st_size)[:SHORT]
+
+
+@lru_cache(maxsize=256)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    from .reference import read_table_bytes, sha256
+
+    return sha256(read_table_bytes(Path(path)))
 
 
 def signed_error(predicted, measured):
