@@ -68,11 +68,13 @@ $(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
 # fresh and reference results and the library) is hashed too: a change of it clears that cache and
 # rebuilds every page (Sphinx alone re-reads only the pages whose source changed).
 $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell find lib -name '*.py') \
-  $(wildcard chapters/* _ext/*.py _static/* data/published/*) | $(INSTALLED)
+  $(wildcard chapters/* _ext/*.py _static/* data/published/*) | $(INSTALLED) chromium
 	stamp=$(BOOK_OUT)/_build/.inputs; \
 	inputs=$$( { echo $(SCALE) $(FROM); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.json' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
 	jupyter-book build . --path-output $(BOOK_OUT) -nW --keep-going $$all; \
+	jupyter-book build . --builder singlehtml --path-output $(BOOK_OUT) -nW --keep-going; \
+	$(BIN)/python -m distperf.browser pdf $(BOOK_OUT)/_build/singlehtml chapters/intro.html $(HTML)/distperf.pdf; \
 	echo "$$inputs" > $$stamp; \
 	mkdir -p $(HTML)/figures $(HTML)/notebooks/chapters; \
 	cp $(FIGURES)/* $(HTML)/figures/; \
@@ -87,9 +89,10 @@ test: $(INSTALLED) chromium  ## pytest, then the smoke build of the book and its
 	$(MAKE) book FROM=reference
 	$(MAKE) browser-check FROM=reference
 
-chromium:  ## headless Chromium and its driver for the browser check (Debian packages)
-	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
+chromium:  ## headless Chromium and its driver (the PDF, the browser check), poppler's tools (its check)
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver -a -x /usr/bin/pdfinfo || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver \
+	  poppler-utils; }
 
 # Every page of the built book in headless Chromium: images, internal links, JavaScript errors, search;
 # screenshots of the landing page and one chapter (light and dark) go to _build/artifacts/screenshots.

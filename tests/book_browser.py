@@ -4,73 +4,12 @@ the browser's console (JavaScript errors, failed loads), and resources fetched f
 must not need any)."""
 from __future__ import annotations
 
-import contextlib
 import functools
-import http.server
-import os
-import shutil
-import tempfile
-import threading
 import urllib.parse
 from html.parser import HTMLParser
 from pathlib import Path
 
-CHROMIUM = os.environ.get("DISTPERF_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("DISTPERF_CHROMEDRIVER", "/usr/bin/chromedriver")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,900"]
-PAGE_TIMEOUT_S = 30
-
-
-def missing_browser() -> str | None:
-    """Why the browser checks cannot run here, or None."""
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not shutil.which(path):
-            return f"{path} is missing: `make chromium` installs the Debian packages chromium and chromium-driver"
-    return None
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def serve(root: Path):
-    """Serve ``root`` on an ephemeral localhost port; yields the base URL (ending in '/')."""
-    handler = functools.partial(_Quiet, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
-@contextlib.contextmanager
-def chromium():
-    """A headless Chromium driven by Selenium, with a fresh profile and the browser console log kept."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="distperf-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS + [f"--user-data-dir={profile}"]:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(PAGE_TIMEOUT_S)
-    driver.set_script_timeout(PAGE_TIMEOUT_S)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+from distperf.browser import PAGE_TIMEOUT_S, chromium, missing_browser, serve  # noqa: F401 (the browser check imports them here)
 
 
 class _Anchors(HTMLParser):

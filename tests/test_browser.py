@@ -178,3 +178,45 @@ def test_screenshots(driver, book, theme):
     wait_loaded(driver)
     driver.execute_script("const f = document.querySelector('figure'); if (f) f.scrollIntoView();")
     assert driver.save_screenshot(str(out / f"chapter-{theme}.png"))
+
+
+def pdf_problems(pdf: Path, html: Path) -> list[str]:
+    """What the book's PDF lacks against its HTML edition: it must open (poppler's pdfinfo reads its page count,
+    pdftoppm renders its first page), hold every numbered figure's caption number and at least as many images as
+    the chapters show, and hold no untypeset TeX (MathJax ran before it was printed)."""
+    import subprocess
+    import tempfile
+
+    if not pdf.is_file():
+        return [f"{pdf.name} is missing"]
+    info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True)
+    pages = int(re.search(r"^Pages:\s+(\d+)", info.stdout, re.M).group(1)) if info.returncode == 0 else 0
+    problems = [] if pages >= 20 else [f"{pdf.name}: {pages} pages (pdfinfo: {info.stderr.strip()[:200]})"]
+    with tempfile.TemporaryDirectory() as tmp:
+        rendered = subprocess.run(["pdftoppm", "-f", "1", "-l", "1", "-png", "-r", "30", str(pdf), f"{tmp}/page"])
+        if rendered.returncode != 0 or not list(Path(tmp).glob("page*.png")):
+            problems.append(f"{pdf.name}: pdftoppm cannot render its first page")
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+    pages_html = " ".join(p.read_text() for p in sorted((html / "chapters").glob("*.html")))
+    figures = sorted(set(re.findall(r'<span class="caption-number">(Fig\. [0-9.]+)\s*</span>', pages_html)))
+    problems += [f"{pdf.name}: {f} is missing" for f in figures if f not in text]
+    images = {m for m in re.findall(r'<img[^>]*src="([^"]*_images/[^"]+)"', pages_html)}
+    listed = subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True).stdout.splitlines()
+    sizes = [(int(f[3]), int(f[4])) for f in (line.split() for line in listed[2:]) if len(f) > 4 and f[2] == "image"]
+    # a figure, not a broken-image icon (14 x 16) nor the strips Chromium draws for a box's shadow (wider than 6:1)
+    in_pdf = sum(1 for w, h in sizes if w >= 200 and h >= 100 and w <= 6 * h)
+    if in_pdf < len({Path(i).name for i in images}):
+        problems.append(f"{pdf.name}: {in_pdf} figure images, the chapters show {len(images)}")
+    if not figures:
+        problems.append("the HTML book has no numbered figure to look for")
+    problems += [f"{pdf.name}: untypeset TeX ({tex})" for tex in ("\\frac", "\\left", "\\mathrm") if tex in text]
+    return problems
+
+
+@needs_book
+def test_the_pdf_opens_and_holds_every_figure_and_equation():
+    import shutil
+
+    if not shutil.which("pdfinfo"):
+        pytest.fail("pdfinfo is missing: `make chromium` installs poppler-utils")
+    assert pdf_problems(Path(BOOK) / "distperf.pdf", Path(BOOK)) == []
