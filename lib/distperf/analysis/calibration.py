@@ -17,7 +17,7 @@ import pandas as pd
 
 from .. import book, plots, results
 from ..cost import flops
-from ..measure.calibrate import ring_terms
+from ..cost.collectives import ring_terms
 from .verdicts import TIME_MAX
 from .measured_vs_predicted import error_range  # noqa: F401 (the chapter quotes ranges through this module)
 
@@ -74,7 +74,7 @@ def draw_gemm(gemm: pd.DataFrame, hw):
 
 def with_ring_fit(coll: pd.DataFrame) -> pd.DataFrame:
     """The measured collectives with the ring model's ``steps`` k(n) and ``volume`` c(n)·M
-    (:func:`distperf.measure.calibrate.ring_terms`), the fit's ``predicted_s`` = k·α + c·M/β and its signed
+    (:func:`distperf.cost.collectives.ring_terms`), the fit's ``predicted_s`` = k·α + c·M/β and its signed
     ``error`` (predicted − measured)/measured."""
     coll = coll.copy()
     coll["steps"], coll["volume"] = zip(*[ring_terms(r.collective, r.ranks, r.bytes) for r in coll.itertuples()])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from functools import lru_cache
 
 TIME, P10, P90 = "iteration_time_s.median", "iteration_time_s.p10", "iteration_time_s.p90"
 ERRORS = ("error.iteration_time_s.analytical", "error.iteration_time_s.profiled")
@@ -56,6 +57,7 @@ def t_coverage(t: float, df: int) -> float:
     return s * total
 
 
+@lru_cache(maxsize=1024)
 def t_quantile(df: int, level: float = LEVEL) -> float:
     """The two-sided critical value t with P(|T| ≤ t) = ``level`` for ``df`` degrees of freedom (bisection on
     :func:`t_coverage`; 4.303 for df = 2 at 95 %)."""

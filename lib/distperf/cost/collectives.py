@@ -40,6 +40,16 @@ COLLECTIVES = ("all-reduce", "reduce-scatter", "all-gather", "broadcast", "send"
 BACKENDS = ("nccl", "gloo")
 
 
+def ring_terms(collective: str, n: int, nbytes: float) -> tuple[float, float]:
+    """(steps, bytes sent per rank) of the ring algorithm, the coefficients of α and 1/β in t = steps·α + bytes/β
+    that the calibration fits (send/recv: one step of M; all-reduce: 2(n − 1) steps of 2(n − 1)M/n; the others
+    (n − 1) steps of (n − 1)M/n)."""
+    if collective == "send":
+        return 1.0, float(nbytes)
+    factor = 2 if collective == "all-reduce" else 1
+    return factor * (n - 1), factor * (n - 1) / n * nbytes
+
+
 def sent_bytes(kind: str, buffer_bytes: float, n: int) -> float:
     """Algorithmic bytes the busiest rank sends: all-reduce 2(n − 1)/n·M; reduce-scatter and all-gather
     (n − 1)/n·M; send and broadcast (its root) M."""

@@ -53,6 +53,8 @@ from pathlib import Path
 
 import torch
 
+from ..cost.collectives import ring_terms  # noqa: F401 (the fits below, and their readers, use it)
+
 SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
 SIZES_QUICK = (128, 256, 512)
 MESSAGE_BYTES_FULL = tuple(4 * 4**k for k in range(11))  # 4 B … 4 MiB in ×4 steps
@@ -604,14 +606,6 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     ``timeout``."""
     return _spawned(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out), timeout,
                     "the training-conditions benchmark")
-
-
-def ring_terms(collective: str, n: int, nbytes: float) -> tuple[float, float]:
-    """(steps, bytes sent per rank) of the ring algorithm: the coefficients of α and 1/β."""
-    if collective == "send":
-        return 1.0, float(nbytes)
-    factor = 2 if collective == "all-reduce" else 1
-    return factor * (n - 1), factor * (n - 1) / n * nbytes
 
 
 def fit_alpha_beta(points) -> dict:
