@@ -94,6 +94,7 @@ def glue_figure(name: str, fig, provenance: str) -> None:
     closed. The same figure gives the same bytes on every build: no date in the SVG, and its element ids salted with
     the figure's name rather than at random."""
     import matplotlib.pyplot as plt
+    from IPython.display import Image
     from myst_nb import glue
 
     _stable(name)
@@ -103,7 +104,8 @@ def glue_figure(name: str, fig, provenance: str) -> None:
     with plt.rc_context({"svg.hashsalt": name}):
         fig.savefig(out / f"{name}.svg", metadata={**meta, "Date": None})
     fig.savefig(out / f"{name}.png", metadata={**meta, "Source": "distperf"})
-    glue(name, fig, display=False)
+    # the page shows the PNG just written rather than rendering the figure a third time
+    glue(name, Image(filename=str(out / f"{name}.png")), display=False)
     glue(f"{name}-provenance", provenance, display=False)
     plt.close(fig)
 
