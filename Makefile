@@ -38,7 +38,7 @@ export DISTPERF_REFERENCE := $(REFERENCE)
 FIGURES := $(BOOK_OUT)/_build/figures
 export DISTPERF_FIGURES := $(abspath $(FIGURES))
 
-.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference reference
+.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference reference reference-verdicts
 .DELETE_ON_ERROR:
 
 book: $(HTML)/index.html  ## measure (papermill) and build the HTML book
@@ -109,10 +109,16 @@ gpu-reference: | $(INSTALLED)
 convergence-reference: | $(INSTALLED)
 	$(BIN)/python scripts/convergence_reference.py
 
-# The reference dataset: this machine's results at SCALE (measured first, as `make data` does), archived to
-# data/reference/<machine>/ with a manifest (commit, date, torch, machine, a content hash per table).
-reference: $(RUNS) | $(INSTALLED)
-	$(BIN)/python -m distperf.reference --scale $(SCALE) --executed $(EXECUTED)
+# The reference dataset: this machine's results at SCALE (measured and built first, as `make book` does), archived
+# to data/reference/<machine>/ with a manifest (commit, date, torch, machine, a content hash per table) and the
+# chapters' verdicts. `make reference-verdicts`: only the verdicts, recomputed from the archive by a reader's build
+# (after a change to an analysis).
+reference: $(HTML)/index.html | $(INSTALLED)
+	$(BIN)/python -m distperf.reference --scale $(SCALE) --executed $(EXECUTED) --verdicts $(FIGURES)
+
+reference-verdicts: | $(INSTALLED)
+	$(MAKE) book FROM=reference
+	$(BIN)/python -m distperf.reference --scale $(SCALE) --verdicts _build/reader/_build/figures --verdicts-only
 
 clean:  ## remove build outputs and fresh results (not the virtual environment)
 	rm -rf _build data/fresh

@@ -62,3 +62,37 @@ def test_the_table_counts_and_figure_over_every_chapter(tmp_path):
     colours = [line.get_color() for line in fig.axes[0].lines if line.get_marker() == "o"]
     assert colours == [findings.VERDICT_COLOURS[False]] * 2
     plt.close(fig)
+
+
+def test_this_builds_verdicts_stand_beside_the_reference_builds_and_their_agreement_follows_the_data(
+        tmp_path, monkeypatch):
+    from distperf import reference, results
+
+    build, archive = tmp_path / "figures", tmp_path / "reference" / "m"
+    archive.mkdir(parents=True)
+    (archive / reference.MANIFEST).write_text(json.dumps({"machine": "m", "scale": "cpu", "tables": {}}))
+    findings.write_record(build, findings.record("layer_timing", HOLDS, "machine m", "cpu"))
+    reference.archive_verdicts(build, archive)
+    monkeypatch.setattr(results, "archive_dir", lambda scale: archive)
+    chapters = ["layer_timing", "pp_vs_dp"]
+    name, archived = findings.reference_records(chapters, "cpu")
+    assert name.startswith("m, verdicts computed at commit ") and archived["pp_vs_dp"] is None
+
+    own = findings.read_records(build, chapters)
+    table = findings.summary_table(own, archived)
+    assert table.columns.tolist()[:3] == ["question", "verdict", findings.REFERENCE_COLUMN]
+    assert table[findings.REFERENCE_COLUMN].tolist() == ["reproduced", findings.NOT_ARCHIVED]
+    assert findings.agreement_text(own, archived, name).startswith("1 of 1 verdicts agree")
+
+    findings.write_record(build, findings.record("layer_timing", FAILS, "machine n", "cpu"))  # this build differs
+    own = findings.read_records(build, chapters)
+    text = findings.agreement_text(own, archived, name)
+    assert text.startswith("0 of 1 verdicts agree") and "this build: not reproduced; reference: reproduced" in text
+    assert rule("layer_timing").question in text
+
+    def none_at(scale):
+        raise FileNotFoundError(scale)
+
+    monkeypatch.setattr(results, "archive_dir", none_at)
+    assert findings.reference_records(chapters, "smoke") == (None, {})
+    assert findings.agreement_text(own, {}, None).startswith("no reference build")

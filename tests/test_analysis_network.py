@@ -55,9 +55,12 @@ def test_measured_rows_or_why_there_are_none(monkeypatch):
         raise FileNotFoundError(experiment)
 
     monkeypatch.setattr(results, "load", missing)
-    assert net.ok_rows("network_bucket") == (None, "the experiment notebook has not run at this scale")
+    assert net.measured_rows("network_bucket") == (None, "the experiment notebook has not run at this scale")
     monkeypatch.setattr(results, "load", lambda experiment, scale=None: frame)
-    assert net.ok_rows("network_bucket")[0].index.tolist() == [1]
+    assert net.measured_rows("network_bucket")[0].index.tolist() == [1]
+    assert net.measured_rows("network_bucket", repeats=True)[0].index.tolist() == [0, 1]
+    monkeypatch.setattr(results, "load", lambda experiment, scale=None: frame.assign(status="failed"))
+    assert net.measured_rows("network_bucket", repeats=True) == (None, "root needed")
 
 
 def _calibration_sections():

@@ -84,6 +84,28 @@ def test_the_check_finds_a_changed_missing_or_unlisted_table(data):
     assert reference.check(where)[0] == "exp.csv.gz: listed in the manifest, missing"
 
 
+def test_a_builds_verdict_records_are_archived_beside_its_tables_and_checked(data, capsys):
+    _build(data / "fresh" / "cpu")
+    where, figures = data / "reference" / "cpu-2c", data / "figures"
+    manifest = reference.archive(data / "fresh" / "cpu", where, "cpu")
+    figures.mkdir()
+    (figures / "verdict-a.json").write_text('{"chapter": "a", "verdict": "depends"}')
+    (figures / "fig-a.svg").write_text("<svg/>")
+    updated = reference.archive_verdicts(figures, where)
+    assert list(updated["verdicts"]) == ["verdict-a.json"] and updated["verdicts_commit"]
+    assert {k: v for k, v in updated.items() if not k.startswith("verdicts")} == manifest  # the rest untouched
+    assert reference.check(where) == []
+    (where / "verdicts" / "verdict-a.json").write_text('{"chapter": "a", "verdict": "reproduced"}')
+    (where / "verdicts" / "verdict-b.json").write_text("{}")
+    assert reference.check(where) == ["verdicts/verdict-a.json: missing or changed",
+                                      "verdicts/verdict-b.json: not in the manifest"]
+    assert reference.main(["--scale", "cpu", "--verdicts", str(data / "nothing"), "--verdicts-only"]) == 2
+    assert "no verdict record" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        reference.main(["--scale", "cpu", "--verdicts-only"])
+    assert "needs --verdicts" in capsys.readouterr().err
+
+
 def test_nothing_to_archive_is_one_clear_error(data, capsys):
     assert reference.main(["--scale", "cpu"]) == 2
     assert "no table to archive" in capsys.readouterr().err

@@ -119,3 +119,45 @@ def test_the_median_chapter_code_cell_is_short():
 
     lengths = [len(cell) for path in CHAPTERS for cell in code_cells(path.read_text())]
     assert lengths and statistics.median(lengths) <= 15
+
+
+DISPLAY_MATH = re.compile(r"^\$\$(.*?)\$\$[ \t]*(?:\((eq-[\w-]+)\))?[ \t]*$", re.S | re.M)
+EQ_REFERENCE = re.compile(r"\{eq\}`([^`]+)`")
+FRAMEWORK = ROOT / "chapters" / "analytical_framework.md"
+
+
+def display_equations(text: str) -> list[tuple[str, str | None]]:
+    """Each display equation of a MyST chapter (``$$ ... $$``) with its label, None if it has none."""
+    return [(body.strip(), label or None) for body, label in DISPLAY_MATH.findall(text)]
+
+
+def test_display_equations_are_read_with_their_labels():
+    text = "a\n\n$$x = 1$$ (eq-one)\n\nb\n\n$$\ny = 2\n$$\n\ninline $z$ and $$w$$ (eq-two)\n"
+    assert display_equations(text) == [("x = 1", "eq-one"), ("y = 2", None)]
+
+
+def test_every_display_equation_is_numbered_and_every_reference_resolves():
+    """The book reads like a paper: each display equation carries a label (so Sphinx numbers it), labels are
+    unique, and each {eq} reference names one of them."""
+    labels, unlabelled, references = [], [], set()
+    for path in CHAPTERS:
+        text = path.read_text()
+        for body, label in display_equations(text):
+            (labels.append(label) if label else unlabelled.append(f"{path.name}: {body[:40]}"))
+        references |= set(EQ_REFERENCE.findall(text))
+    assert not unlabelled, f"display equations without a label: {unlabelled}"
+    assert len(labels) == len(set(labels)), f"labels used twice: {sorted(labels)}"
+    assert references <= set(labels), f"references to no equation: {sorted(references - set(labels))}"
+
+
+def test_the_frameworks_equations_live_in_one_chapter_and_are_cited_from_others():
+    """The framework's equations are stated once, in the framework chapter; every other chapter that uses one cites
+    it by number, and at least half of them are cited outside the framework chapter."""
+    framework = {label for _, label in display_equations(FRAMEWORK.read_text())}
+    cited = {ref for path in CHAPTERS if path != FRAMEWORK for ref in EQ_REFERENCE.findall(path.read_text())}
+    assert len(framework) >= 8
+    assert len(framework & cited) >= len(framework) / 2, f"cited elsewhere: {sorted(framework & cited)}"
+    restated = [(path.name, body[:40]) for path in CHAPTERS if path != FRAMEWORK
+                for body, _ in display_equations(path.read_text())
+                if body in {b for b, _ in display_equations(FRAMEWORK.read_text())}]
+    assert not restated, f"framework equations restated instead of cited: {restated}"

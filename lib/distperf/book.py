@@ -47,9 +47,9 @@ def provenance_caption(frame, scale: str | None = None) -> str:
     order = frame.assign(_fresh=frame.get("source", "fresh") != "fresh").sort_values("_fresh", kind="stable")
     text = "; ".join(_machine_line(rows, scale) for _, rows in order.groupby("machine", sort=False))
     own = frame[frame["source"] == "fresh"] if "source" in frame else frame
-    tables = [t for t in dict.fromkeys(own["experiment"].dropna().astype(str)) if results.table_digest(t, scale)] \
-        if "experiment" in own else []
-    return text + "".join(f"; table {t} sha256 {results.table_digest(t, scale)}" for t in tables)
+    names = dict.fromkeys(own["experiment"].dropna().astype(str)) if "experiment" in own else {}
+    digests = {t: results.table_digest(t, scale) for t in names}
+    return text + "".join(f"; table {t} sha256 {d}" for t, d in digests.items() if d)
 
 
 def machines(frame) -> list[str]:

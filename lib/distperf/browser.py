@@ -17,6 +17,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import atomic
+
 CHROMIUM = os.environ.get("DISTPERF_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("DISTPERF_CHROMEDRIVER", "/usr/bin/chromedriver")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -104,9 +106,7 @@ def print_pdf(root: Path, page: str, out: Path) -> dict:
         if typeset is False:
             raise RuntimeError(f"{page}: MathJax failed to typeset")
         pdf = base64.b64decode(driver.execute_cdp_cmd("Page.printToPDF", {"printBackground": True, **PAGE})["data"])
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    tmp.write_bytes(pdf)
-    os.replace(tmp, out)
+    atomic.write_bytes(out, pdf)
     return {"bytes": len(pdf), "mathjax": typeset}
 
 

@@ -13,7 +13,10 @@ profiles they calibrated (``*.json``), and ``MANIFEST.json``:
 - ``profiles``: per hardware profile its ``sha256``;
 - ``notebooks``: per executed experiment notebook (``notebooks/<name>.ipynb``, what measured the tables, published
   by a reader's build) its ``sha256`` and whether papermill recorded its end (``finished``: a notebook whose run
-  was stopped after its last cell had completed is kept, with ``finished`` false).
+  was stopped after its last cell had completed is kept, with ``finished`` false);
+- ``verdicts``, ``verdicts_commit``: per verdict record of the chapters (``verdicts/verdict-<chapter>.json``, what
+  :mod:`distperf.analysis.findings` reads) its ``sha256``, and the commit whose code computed them from these
+  tables (:func:`archive_verdicts`); a fresh build's landing page sets its own verdicts beside them.
 
 :func:`archive` writes it (``make reference``); :func:`check` verifies a directory against its manifest (a test
 does, for every committed one). A reader's build (``make book FROM=reference``, :func:`distperf.results.load`)
@@ -26,8 +29,9 @@ import gzip
 import hashlib
 import io
 import json
-import os
 from pathlib import Path
+
+from . import atomic
 
 MANIFEST = "MANIFEST.json"
 SHORT = 12
@@ -49,20 +53,16 @@ def write_gzip(data: bytes, path: Path) -> None:
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as f:
         f.write(data)
-    _write_atomic(buffer.getvalue(), path)
+    atomic.write_bytes(path, buffer.getvalue())
 
 
-def _write_atomic(data: bytes, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def table_entry(data: bytes) -> dict:
-    """The manifest's entry of one table (its CSV bytes): hash, rows, and the commits and dates of its rows."""
+def table_entry(data: bytes, with_machines: bool = False):
+    """The manifest's entry of one table (its CSV bytes): hash, rows, and the commits and dates of its rows; with
+    ``with_machines``, also ``{"machine": {...}, "device_name": {...}}``, the values its rows name."""
     import pandas as pd
 
     frame = pd.read_csv(io.BytesIO(data), low_memory=False)
+    seen = {c: {str(v) for v in frame[c].dropna()} if c in frame else set() for c in ("machine", "device_name")}
     digest = sha256(data)
     entry = {"sha256": digest, "short": digest[:SHORT], "rows": int(len(frame))}
     if "commit" in frame:
@@ -70,7 +70,7 @@ def table_entry(data: bytes) -> dict:
     if "date" in frame and frame["date"].notna().any():
         dates = sorted(str(d) for d in frame["date"].dropna())
         entry.update(first=dates[0], last=dates[-1])
-    return entry
+    return (entry, seen) if with_machines else entry
 
 
 def archive(source: Path, dest: Path, scale: str, executed: Path | None = None) -> dict:
@@ -86,7 +86,7 @@ def archive(source: Path, dest: Path, scale: str, executed: Path | None = None) 
     for path in tables:
         write_gzip(path.read_bytes(), dest / f"{path.name}.gz")
     for path in sorted(source.glob("*.json")):
-        _write_atomic(path.read_bytes(), dest / path.name)
+        atomic.write_bytes(dest / path.name, path.read_bytes())
     if executed is not None and Path(executed).is_dir():
         (dest / "notebooks").mkdir(exist_ok=True)
         for path in sorted(Path(executed).glob("*.ipynb")):
@@ -95,9 +95,38 @@ def archive(source: Path, dest: Path, scale: str, executed: Path | None = None) 
                 continue  # a run in progress beside a finished one
             if path.name.endswith(".part.ipynb") and not _all_cells_ran(path):
                 continue
-            _write_atomic(path.read_bytes(), dest / "notebooks" / name)
+            atomic.write_bytes(dest / "notebooks" / name, path.read_bytes())
+    for stale in (dest / VERDICTS).glob("verdict-*.json"):
+        stale.unlink()  # computed from the tables just replaced; archive_verdicts adds the new build's
     manifest = describe(dest, scale)
-    _write_atomic((json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), dest / MANIFEST)
+    atomic.write_text(dest / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+VERDICTS = "verdicts"
+
+
+def archive_verdicts(figures: Path, dest: Path) -> dict:
+    """Copy the verdict records (``verdict-<chapter>.json``, :mod:`distperf.analysis.findings`) that a build of the
+    book wrote to ``figures`` into ``dest/verdicts/`` and list them in ``dest``'s manifest, with the commit that
+    computed them; the rest of the manifest stays as it was. A fresh build's landing page sets its own verdicts
+    beside these."""
+    from . import results
+
+    figures, dest = Path(figures), Path(dest)
+    records = sorted(figures.glob("verdict-*.json"))
+    manifest = read_manifest(dest)
+    if manifest is None:
+        raise FileNotFoundError(f"{dest}: no archived build (no {MANIFEST}) to add verdicts to")
+    if not records:
+        raise FileNotFoundError(f"{figures}: no verdict record; build the book first")
+    for old in (dest / VERDICTS).glob("verdict-*.json"):
+        old.unlink()
+    for path in records:
+        atomic.write_bytes(dest / VERDICTS / path.name, path.read_bytes())
+    manifest[VERDICTS] = {p.name: sha256(p.read_bytes()) for p in records}
+    manifest["verdicts_commit"] = results.git_commit()
+    atomic.write_text(dest / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
 
@@ -110,12 +139,12 @@ def describe(directory: Path, scale: str) -> dict:
     from . import results
 
     directory = Path(directory)
-    tables = {p.name: table_entry(read_table_bytes(p)) for p in sorted(directory.iterdir())
-              if p.name.endswith((".csv", ".csv.gz"))}
-    machines = {m for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz"))
-                for m in _column(read_table_bytes(p), "machine")}
-    names = {m for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz"))
-             for m in _column(read_table_bytes(p), "device_name")}
+    tables, machines, names = {}, set(), set()
+    for p in sorted(directory.iterdir()):
+        if p.name.endswith((".csv", ".csv.gz")):
+            tables[p.name], seen = table_entry(read_table_bytes(p), with_machines=True)
+            machines |= seen["machine"]
+            names |= seen["device_name"]
     return {
         "machine": directory.name, "device_name": sorted(names)[0] if len(names) == 1 else sorted(names),
         "machines_in_rows": sorted(machines), "scale": scale,
@@ -144,13 +173,6 @@ def _finished(path: Path) -> bool:
     """Whether papermill recorded the end of the notebook's run, without an exception."""
     meta, _ = _papermill(path)
     return bool(meta.get("end_time")) and not meta.get("exception")
-
-
-def _column(data: bytes, name: str) -> set[str]:
-    import pandas as pd
-
-    frame = pd.read_csv(io.BytesIO(data), usecols=lambda c: c == name, low_memory=False)
-    return {str(v) for v in frame[name].dropna()} if name in frame else set()
 
 
 def read_manifest(directory: Path) -> dict | None:
@@ -183,6 +205,13 @@ def check(directory: Path) -> list[str]:
         path = directory / "notebooks" / name
         if not path.exists() or sha256(path.read_bytes()) != entry["sha256"]:
             problems.append(f"notebooks/{name}: missing or changed")
+    listed = manifest.get(VERDICTS, {})
+    for name, digest in listed.items():
+        path = directory / VERDICTS / name
+        if not path.exists() or sha256(path.read_bytes()) != digest:
+            problems.append(f"{VERDICTS}/{name}: missing or changed")
+    problems += [f"{VERDICTS}/{p.name}: not in the manifest" for p in sorted((directory / VERDICTS).glob("*.json"))
+                 if p.name not in listed]
     return problems
 
 
@@ -198,17 +227,6 @@ def builds() -> dict[str, dict]:
     return out
 
 
-def table_identity(experiment: str, directory: Path) -> str | None:
-    """``<machine> · <table> sha256 <short>`` of an archived table, for a caption; None if not archived there."""
-    manifest = read_manifest(directory)
-    if not manifest:
-        return None
-    for name in (f"{experiment}.csv.gz", f"{experiment}.csv"):
-        if name in manifest["tables"]:
-            return f"{manifest['machine']} · {name} sha256 {manifest['tables'][name]['short']}"
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m distperf.reference --scale cpu``: archive this machine's fresh results at that scale to
     ``data/reference/<machine>/`` (``make reference``); ``--check``: verify every archived build instead."""
@@ -222,22 +240,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--executed", type=Path, default=None,
                    help="the executed experiment notebooks to archive beside the tables (default "
                         "_build/executed/<scale>-auto)")
+    p.add_argument("--verdicts", type=Path, default=None, metavar="FIGURES",
+                   help="also archive the verdict records a build of the book wrote to FIGURES")
+    p.add_argument("--verdicts-only", action="store_true",
+                   help="archive only the verdict records of --verdicts (say, a reader's build), tables untouched")
     p.add_argument("--check", action="store_true", help="verify every archived build against its manifest")
     a = p.parse_args(argv)
     if a.check:
         problems = [f"{m}: {x}" for m in builds() for x in check(results.DATA / "reference" / m)]
         print("\n".join(problems) or f"{len(builds())} archived build(s) agree with their manifests")
         return 1 if problems else 0
+    if a.verdicts_only and a.verdicts is None:
+        p.error("--verdicts-only: needs --verdicts FIGURES")
     source = results.fresh_dir(a.scale)
     dest = results.DATA / "reference" / results.machine_slug("cpu")
     try:
-        manifest = archive(source, dest, a.scale, a.executed or results.ROOT / "_build" / "executed" / f"{a.scale}-auto")
+        manifest = read_manifest(dest) if a.verdicts_only else \
+            archive(source, dest, a.scale, a.executed or results.ROOT / "_build" / "executed" / f"{a.scale}-auto")
+        if a.verdicts is not None:
+            manifest = archive_verdicts(a.verdicts, dest)
     except FileNotFoundError as e:
         print(f"python -m distperf.reference: error: {e}", file=sys.stderr)
         return 2
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    print(f"{len(manifest['tables'])} tables, {len(manifest['profiles'])} profiles and {len(manifest['notebooks'])} "
-          f"executed notebooks archived to "
+    print(f"{len(manifest['tables'])} tables, {len(manifest['profiles'])} profiles, {len(manifest['notebooks'])} "
+          f"executed notebooks and {len(manifest.get(VERDICTS, {}))} verdict records archived in "
           f"{dest.relative_to(results.ROOT)} ({size / 1e3:,.0f} kB)")
     return 0
 

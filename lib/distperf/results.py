@@ -15,9 +15,10 @@ import datetime as _dt
 import os
 import platform
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
+
+from . import atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data"
@@ -151,17 +152,9 @@ def resolve_device(device: str) -> str:
 
 def write_csv_atomic(frame, path: Path) -> Path:
     """Write a DataFrame to ``path`` through a temporary file and a rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            frame.to_csv(f, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic.replacing(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return Path(path)
 
 
 def load(experiment: str, scale: str | None = None, archived: bool = False):

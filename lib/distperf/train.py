@@ -40,6 +40,7 @@ import sys
 import traceback
 from dataclasses import replace
 
+from . import atomic
 from .config import Config, ConfigError, RunOptions
 from .flags import add_config_arguments, add_run_arguments, config_and_policy, options_from_args
 
@@ -168,7 +169,7 @@ def run_batch(spec_path: str, out_dir: str) -> int:
             result = {**run_training(cfg, opts), "placement": placement}
             if rank == 0:
                 _predict_beside(cfg, result, run.get("hardware", "auto"), allowed)
-                _write_atomic(f"{where}.json", json.dumps(result, indent=1))
+                atomic.write_text(f"{where}.json", json.dumps(result, indent=1))
                 if handshake and i + 1 < len(runs):
                     _wait_for(f"{where}.next", opts.timeout_s)
             del result
@@ -213,13 +214,6 @@ def _wait_for(path: str, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the sweep did not take the result within {timeout_s:g} s ({path} is missing)")
         time.sleep(0.005)
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _write_error(out: str | None, rank: int, message: str) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import atomic, results
+from ..reference import VERDICTS, read_manifest
 from .verdicts import rule
 
 RECORD = "verdict-{chapter}.json"
@@ -59,12 +61,8 @@ def margin(op: str, threshold: float, value, cap: float = 1.0) -> float:
 
 def write_record(directory: Path, data: dict) -> Path:
     """Write a record as ``verdict-<chapter>.json`` in ``directory``, atomically (strict JSON)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / RECORD.format(chapter=data["chapter"])
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic.write_text(Path(directory) / RECORD.format(chapter=data["chapter"]),
+                             json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
 def read_records(directory: Path, chapters) -> dict:
@@ -76,21 +74,63 @@ def read_records(directory: Path, chapters) -> dict:
     return out
 
 
-def summary_table(records: dict):
+def summary_table(records: dict, reference: dict | None = None):
     """One row per chapter: its question, verdict, the criteria met out of those measured, the data it rests on
-    and its rule; a chapter without a record shows as "not built"."""
+    and its rule; a chapter without a record shows as "not built". With ``reference`` (:func:`reference_records`),
+    a column beside the verdict gives the reference build's."""
     rows = []
     for chapter, data in records.items():
         if data is None:
             r = rule(chapter)
-            rows.append({"question": r.question, "verdict": NOT_BUILT, "criteria met": "–", "rests on": "–",
-                         "rule": r.statement()})
-            continue
-        measured = [c for c in data["criteria"] if c["met"] is not None]
-        rows.append({"question": data["question"], "verdict": data["verdict"],
-                     "criteria met": f"{sum(c['met'] for c in measured)} of {len(measured)}",
-                     "rests on": data["provenance"], "rule": data["rule"]})
+            row = {"question": r.question, "verdict": NOT_BUILT, "criteria met": "–", "rests on": "–",
+                   "rule": r.statement()}
+        else:
+            measured = [c for c in data["criteria"] if c["met"] is not None]
+            row = {"question": data["question"], "verdict": data["verdict"],
+                   "criteria met": f"{sum(c['met'] for c in measured)} of {len(measured)}",
+                   "rests on": data["provenance"], "rule": data["rule"]}
+        if reference is not None:
+            archived = reference.get(chapter)
+            row = {**dict(list(row.items())[:2]), REFERENCE_COLUMN: archived["verdict"] if archived else NOT_ARCHIVED,
+                   **dict(list(row.items())[2:])}
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+REFERENCE_COLUMN = "reference build's verdict"
+NOT_ARCHIVED = "not archived"
+
+
+def reference_records(chapters, scale: str) -> tuple[str | None, dict]:
+    """(the reference build's name and the commit that computed its verdicts, {chapter: its archived record or
+    None}) for the archived build a reader's build at ``scale`` reads (:func:`distperf.results.archive_dir`);
+    (None, {}) when there is none at that scale or it archived no verdicts."""
+    try:
+        directory = results.archive_dir(scale)
+    except FileNotFoundError:
+        return None, {}
+    manifest = read_manifest(directory) or {}
+    if not manifest.get(VERDICTS):
+        return None, {}
+    name = f"{manifest['machine']}, verdicts computed at commit {manifest.get('verdicts_commit', 'unknown')}"
+    return name, read_records(directory / VERDICTS, chapters)
+
+
+def agreement_text(records: dict, reference: dict, name: str | None) -> str:
+    """How many of this build's verdicts equal the reference build's, and which differ (this build's against the
+    reference's), over the chapters both have; says so when there is no reference to compare with."""
+    if name is None:
+        return "no reference build with archived verdicts at this scale, so none to compare with"
+    both = [(c, records[c]["verdict"], reference[c]["verdict"]) for c in records
+            if records.get(c) and reference.get(c)]
+    if not both:
+        return f"no chapter has a verdict both in this build and in the reference build ({name})"
+    differ = [(c, own, ref) for c, own, ref in both if own != ref]
+    text = f"{len(both) - len(differ)} of {len(both)} verdicts agree with the reference build's ({name})"
+    if differ:
+        text += "; they differ on " + "; ".join(f"“{rule(c).question}” (this build: {own}; reference: {ref})"
+                                              for c, own, ref in differ)
+    return text
 
 
 def verdict_counts(records: dict) -> dict:

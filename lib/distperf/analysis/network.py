@@ -1,7 +1,7 @@
 """The emulated cluster, for the chapter ``network``: ranks on emulated nodes joined by links shaped to a set
 rate (:mod:`distperf.emulation`).
 
-- :func:`ok_rows`, :func:`rate_text`: an experiment's measured rows (or why there are none), and link rates
+- :func:`measured_rows`, :func:`rate_text`: an experiment's measured rows (or why there are none), and link rates
   as text;
 - :func:`link_calibrations`, :func:`calibration_rows`, :func:`calibration_texts`: the links' bandwidth measured
   under emulation against the set rate, and the α-β fits per rate;
@@ -49,25 +49,19 @@ def measured_or_why(frame):
     return None, (reasons.iloc[0] if len(reasons) else "no configuration ran")
 
 
-def ok_rows(experiment: str, scale: str | None = None):
+def measured_rows(experiment: str, scale: str | None = None, repeats: bool = False):
     """The experiment's measured rows (:func:`measured_or_why` of :func:`distperf.results.load`), and why there
-    are none when there are none; a table that was never written says that the experiment notebook has not run."""
-    try:
-        frame = results.load(experiment, scale)
-    except FileNotFoundError:
-        return None, "the experiment notebook has not run at this scale"
-    return measured_or_why(frame)
-
-
-def all_rows(experiment: str, scale: str | None = None):
-    """Like :func:`ok_rows`, but every repeat's row (and every status) of an experiment with at least one run that
-    succeeded, for analyses that need the repeats themselves."""
+    are none when there are none; a table that was never written says that the experiment notebook has not run.
+    With ``repeats``, every row (each repeat, every status) of an experiment with at least one run that succeeded,
+    for analyses that need the repeats themselves."""
     try:
         frame = results.load(experiment, scale)
     except FileNotFoundError:
         return None, "the experiment notebook has not run at this scale"
     good, why = measured_or_why(frame)
-    return (frame, "") if good is not None else (None, why)
+    if good is None:
+        return None, why
+    return (frame if repeats else good), ""
 
 
 def rate_text(bits: float) -> str:
@@ -444,7 +438,7 @@ def ratio_intervals(pp):
 
 
 def pp_section(pp, why: str, hw, fits: dict, like_bits: dict):
-    """The pipeline-against-data section from every repeat's row (:func:`all_rows`): (rows with predictions, one
+    """The pipeline-against-data section from every repeat's row (:func:`measured_rows`): (rows with predictions, one
     per configuration, measured crossover, predicted crossover, figure, sentences by glue key, provenance); rows
     and crossovers None, and every sentence 'not measured (why)', when no run of it ran."""
     if pp is None:

@@ -149,7 +149,7 @@ TEXT_KEYS = ("ppdp-map-region", "ppdp-map-cross", "ppdp-map-counts", "ppdp-map-m
 
 
 def section(rows, why: str, hw, fits: dict):
-    """The map's section of the chapter from every repeat's row (:func:`.network.all_rows`): (cells, counts, region
+    """The map's section of the chapter from every repeat's row (:func:`.network.measured_rows`): (cells, counts, region
     sentence, figure, table, sentences by glue key, provenance); with no rows (emulation needs root) cells, counts
     and table None, the region empty, and every sentence 'not measured (why)'."""
     from .. import book

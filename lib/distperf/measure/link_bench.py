@@ -26,6 +26,9 @@ import json
 import os
 import sys
 
+from .. import atomic
+
+
 def measurements(world: int, ranks_per_node: int) -> list[tuple[str, str, list[int], tuple[int, int]]]:
     """[(collective, scope, group ranks, send peers)], in the order every rank runs them."""
     out = [("all-reduce", "inter", list(range(world)), (0, 0)),
@@ -145,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                              "ranks": 2 if collective == "send" else len(members), "bytes": size, "seconds": seconds})
     dist.barrier()
     if rank == 0:
-        with open(a.out + ".part", "w") as f:
-            json.dump(rows, f)
-        os.replace(a.out + ".part", a.out)
+        atomic.write_text(a.out, json.dumps(rows))
     dist.destroy_process_group()
     return 0
 

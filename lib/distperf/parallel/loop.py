@@ -33,6 +33,7 @@ from dataclasses import asdict
 import torch
 import torch.distributed as dist
 
+from .. import atomic
 from ..config import Config, RunOptions
 from ..tokens import make_source
 from .common import Trainer
@@ -123,9 +124,8 @@ def save_parameters(parameters: dict[str, torch.Tensor], path: str) -> None:
     for held in gathered:
         for name, tensor in held.items():
             merged.setdefault(name, tensor)
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(dict(sorted(merged.items())), tmp)
-    os.replace(tmp, path)
+    with atomic.replacing(path) as tmp:
+        torch.save(dict(sorted(merged.items())), tmp)
 
 
 def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dict:
