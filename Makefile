@@ -68,7 +68,8 @@ $(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
 # fresh and reference results and the library) is hashed too: a change of it clears that cache and
 # rebuilds every page (Sphinx alone re-reads only the pages whose source changed).
 $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell find lib -name '*.py') \
-  $(wildcard chapters/* _ext/*.py _static/* data/published/*) | $(INSTALLED) chromium
+  $(wildcard chapters/* _ext/*.py _static/* data/published/*) $(shell find data/reference -type f 2>/dev/null) \
+  | $(INSTALLED) chromium
 	stamp=$(BOOK_OUT)/_build/.inputs; \
 	inputs=$$( { echo $(SCALE) $(FROM); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.json' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
