@@ -3,7 +3,9 @@
 #            `make book FROM=reference`: a reader's build, from the archived results in data/reference/ (no measuring).
 #            `make reference`: measure this machine at SCALE and archive the results as the reference dataset.
 # Variables: SCALE (smoke | cpu | gpu; default cpu, or gpu with DEVICE=cuda), DEVICE (auto | cpu | cuda),
-#            FROM (fresh | reference; default fresh).
+#            FROM (fresh | reference; default fresh),
+#            LONG (measure | archive): whether a fresh build measures the long studies (LONG_STUDIES) or reads them
+#            from the archive; default archive at scale cpu (keeps `make book` under 30 minutes), else measure.
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
@@ -23,8 +25,14 @@ HTML := $(BOOK_OUT)/_build/html
 EXECUTED := _build/executed/$(SCALE)-$(DEVICE)
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 RUNS := $(patsubst notebooks/%.ipynb,$(EXECUTED)/%.ipynb,$(NOTEBOOKS))
+# The long studies (distperf.results.LONG_STUDIES; a test keeps the two lists equal): a fresh build at scale cpu
+# reads them from the archive unless LONG=measure.
+LONG_STUDIES := network planner time_breakdown twobw
+LONG ?= $(if $(and $(filter cpu,$(SCALE)),$(filter fresh,$(FROM))),archive,measure)
+LONG_RUNS := $(LONG_STUDIES:%=$(EXECUTED)/%.ipynb)
+BUILD_RUNS := $(if $(filter archive,$(LONG)),$(filter-out $(LONG_RUNS),$(RUNS)),$(RUNS))
 # what the book is built from: the notebooks' runs, or none in a reader's build
-BOOK_RUNS := $(if $(filter reference,$(FROM)),,$(RUNS))
+BOOK_RUNS := $(if $(filter reference,$(FROM)),,$(BUILD_RUNS))
 # What an experiment's measurements depend on: the library, except what only the chapters read (the cost
 # model, the analysis, the published values, the plots and book helpers).
 MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/analysis/% lib/distperf/published.py lib/distperf/plots.py \
@@ -33,12 +41,14 @@ INSTALLED := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export DISTPERF_SCALE := $(SCALE)
 export DISTPERF_FROM := $(FROM)
+export DISTPERF_LONG := $(LONG)
 export DISTPERF_REFERENCE := $(REFERENCE)
 # Chapters write each figure as SVG and PNG (tables as CSV) here; the build publishes them as figures/.
 FIGURES := $(BOOK_OUT)/_build/figures
 export DISTPERF_FIGURES := $(abspath $(FIGURES))
 
-.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference reference reference-verdicts
+.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference reference reference-verdicts \
+  reference-needs-every-study
 .DELETE_ON_ERROR:
 
 book: $(HTML)/index.html  ## measure (papermill) and build the HTML book
@@ -50,7 +60,7 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[book,test]'
 	touch $@
 
-data: $(RUNS)  ## run the experiment notebooks at SCALE (skips those whose inputs did not change)
+data: $(BUILD_RUNS)  ## run the experiment notebooks at SCALE (skips those whose inputs did not change)
 
 # papermill writes as it goes: run into a temporary file and keep it only when the whole notebook ran.
 $(EXECUTED)/%.ipynb: notebooks/%.ipynb $(MEASURE_SRC) | $(INSTALLED)
@@ -71,7 +81,7 @@ $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell fin
   $(wildcard chapters/* _ext/*.py _static/* data/published/*) $(shell find data/reference -type f 2>/dev/null) \
   | $(INSTALLED) chromium
 	stamp=$(BOOK_OUT)/_build/.inputs; \
-	inputs=$$( { echo $(SCALE) $(FROM); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.json' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
+	inputs=$$( { echo $(SCALE) $(FROM) $(LONG); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.json' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \
 	jupyter-book build . --path-output $(BOOK_OUT) -nW --keep-going $$all; \
 	jupyter-book build . --builder singlehtml --path-output $(BOOK_OUT) -nW --keep-going; \
@@ -80,6 +90,7 @@ $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell fin
 	mkdir -p $(HTML)/figures $(HTML)/notebooks/chapters; \
 	cp $(FIGURES)/* $(HTML)/figures/; \
 	cp $(or $(BOOK_RUNS),data/reference/$(REFERENCE)/notebooks/*.ipynb) $(HTML)/notebooks/; \
+	$(if $(and $(BOOK_RUNS),$(filter archive,$(LONG))),cp $(LONG_STUDIES:%=data/reference/$(REFERENCE)/notebooks/%.ipynb) $(HTML)/notebooks/;) \
 	cp $(BOOK_OUT)/_build/jupyter_execute/chapters/*.ipynb $(HTML)/notebooks/chapters/; \
 	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
@@ -114,8 +125,12 @@ convergence-reference: | $(INSTALLED)
 # to data/reference/<machine>/ with a manifest (commit, date, torch, machine, a content hash per table) and the
 # chapters' verdicts. `make reference-verdicts`: only the verdicts, recomputed from the archive by a reader's build
 # (after a change to an analysis).
-reference: $(HTML)/index.html | $(INSTALLED)
+reference: reference-needs-every-study $(HTML)/index.html | $(INSTALLED)
 	$(BIN)/python -m distperf.reference --scale $(SCALE) --executed $(EXECUTED) --verdicts $(FIGURES)
+
+reference-needs-every-study:
+	@test "$(LONG)" = measure -a "$(FROM)" = fresh || { echo "make reference: LONG=measure FROM=fresh needed (an archive \
+	holds every study, measured in one build; got LONG=$(LONG) FROM=$(FROM))" >&2; exit 2; }
 
 reference-verdicts: | $(INSTALLED)
 	$(MAKE) book FROM=reference

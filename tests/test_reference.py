@@ -143,6 +143,55 @@ def test_an_archived_long_study_is_read_once_in_either_build(data, monkeypatch):
     assert results.load("long", "cpu", archived=True).source.tolist() == ["fresh", "fresh"]
 
 
+def test_a_default_fresh_build_reads_the_long_studies_from_the_archive_and_says_so(data, monkeypatch):
+    from distperf import book
+
+    monkeypatch.setenv("DISTPERF_FROM", "fresh")  # recorded, so that what read_archive_for sets is undone after
+    fresh, where = data / "fresh" / "cpu", data / "reference" / "cpu-2c"
+    frame = _build(fresh).assign(experiment="network_bucket")
+    write_csv_atomic(frame, fresh / "network_bucket.csv")
+    reference.archive(fresh, where, "cpu")
+    write_csv_atomic(frame.assign(time_s=9.0), fresh / "network_bucket.csv")  # this machine's own, left unread
+    monkeypatch.setattr(results, "archived_builds", lambda: {where})
+    assert results.study_of("network_bucket") == "network" and results.study_of("exp") is None
+    assert results.load("network_bucket", "cpu").time_s.tolist() == [9.0] * 3  # LONG unset: measured here
+    assert results.read_archive_for("network", "cpu") == "This chapter's measurements were made by this build."
+
+    monkeypatch.setenv("DISTPERF_LONG", "archive")
+    assert results.study_dir("network", "cpu") == where and results.study_dir("exp", "cpu") == fresh
+    with pytest.raises(FileNotFoundError, match="needs an archived build of that scale"):
+        results.study_dir("planner", "smoke")  # no archive at that scale: one clear error
+    archived = results.load("network_bucket", "cpu")
+    assert archived.time_s.tolist() == pytest.approx([0.1, 0.2, 0.3]) and set(archived.source) == {"fresh"}
+    assert results.load("exp", "cpu").time_s.tolist() == pytest.approx([0.1, 0.2, 0.3])  # not long: this build's
+    short = reference.read_manifest(where)["tables"]["network_bucket.csv.gz"]["short"]
+    assert results.table_digest("network_bucket", "cpu") == short
+    caption = book.provenance_caption(archived, "cpu")
+    assert "reference data" in caption and "this build" not in caption and f"sha256 {short}" in caption
+    assert "this build" in book.provenance_caption(results.load("exp", "cpu"), "cpu")
+
+    text = results.read_archive_for("network", "cpu")  # a chapter resting on the study: its kernel reads the archive
+    assert "data/reference/cpu-2c/" in text and "network_bucket" in text and "LONG=measure" in text
+    assert results.book_from() == "reference" and results.book_dir("cpu") == where
+    assert results.read_archive_for("network", "cpu").endswith("(a reader's build measures nothing).")
+    monkeypatch.setenv("DISTPERF_LONG", "sometimes")
+    monkeypatch.setenv("DISTPERF_FROM", "fresh")
+    with pytest.raises(ValueError, match="DISTPERF_LONG: must be one of measure, archive"):
+        results.study_dir("network", "cpu")
+
+
+def test_the_long_studies_are_the_makefiles_and_name_the_tables_their_notebooks_write():
+    import re
+
+    makefile = (results.ROOT / "Makefile").read_text()
+    listed = re.search(r"^LONG_STUDIES := (.*)$", makefile, re.M).group(1).split()
+    assert listed == list(results.LONG_STUDIES)
+    for study, experiments in results.LONG_STUDIES.items():
+        source = (results.ROOT / "notebooks" / f"{study}.ipynb").read_text()
+        written = set(re.findall(r'(?:\\"name\\": \\"|sweep_points\(\\")([a-z_0-9]+)', source))
+        assert set(experiments) == written, study
+
+
 @pytest.mark.parametrize("machine", sorted(reference.builds()) or ["none"])
 def test_every_committed_archive_agrees_with_its_manifest(machine):
     if machine == "none":

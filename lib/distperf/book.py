@@ -33,7 +33,10 @@ def _machine_line(rows, scale: str) -> str:
     commits = ", ".join(dict.fromkeys(str(c) for c in rows["commit"].dropna()))
     if "scale" in rows:
         scale = ", ".join(dict.fromkeys(str(s) for s in rows["scale"].dropna())) or scale
-    origin = ("reference data" if results.book_from() == "reference" else "this build") \
+    experiments = rows["experiment"].dropna().astype(str).unique() if "experiment" in rows else ()
+    archived = results.book_from() == "reference" or any(results.study_archived(results.study_of(e) or "")
+                                                          for e in experiments)
+    origin = ("reference data" if archived else "this build") \
         if first.get("source", "fresh") == "fresh" else "reference data"
     return f"{first.device_name} ({first.machine}, {origin}), {when}, commit {commits}, scale {scale}"
 

@@ -8,6 +8,11 @@ A book is built from its *own* data (:func:`book_dir`): this machine's fresh tab
 reader's build (``make book FROM=reference``, ``DISTPERF_FROM=reference``), the archived build at the book's scale,
 read in their place (``source`` is then still ``fresh``: the data the book is built from; its captions name the
 archive and its tables' hashes, :func:`table_digest`).
+
+The *long studies* (:data:`LONG_STUDIES`: experiment notebooks that would take a fresh build at scale ``cpu`` past
+30 minutes) are measured only when ``$DISTPERF_LONG`` is ``measure`` (``make book LONG=measure``); a fresh build at
+``cpu`` leaves them out by default (``make book`` sets ``archive``) and reads their tables and profiles from the
+archive (:func:`study_dir`), and their chapters say so (:func:`read_archive_for`).
 """
 from __future__ import annotations
 
@@ -51,6 +56,60 @@ def book_from() -> str:
     if value not in FROM:
         raise ValueError(f"DISTPERF_FROM: must be one of {', '.join(FROM)}, got {value!r}")
     return value
+
+
+# Experiment notebook -> the tables it writes, for each long study (a test checks them against the notebooks).
+LONG_STUDIES = {
+    "network": ("network_bucket", "network_placement", "network_pp_vs_dp"),
+    "planner": ("planner",),
+    "time_breakdown": ("regimes",),
+    "twobw": ("twobw_convergence", "twobw_engines", "twobw_simulation"),
+}
+LONG = ("measure", "archive")
+
+
+def long_mode() -> str:
+    """Whether this build measures the long studies or reads them from the archive: $DISTPERF_LONG (``measure``,
+    the default outside ``make``, or ``archive``)."""
+    value = os.environ.get("DISTPERF_LONG", "measure") or "measure"
+    if value not in LONG:
+        raise ValueError(f"DISTPERF_LONG: must be one of {', '.join(LONG)}, got {value!r}")
+    return value
+
+
+def study_archived(study: str) -> bool:
+    """Whether this fresh build reads the long study ``study`` (a notebook's name) from the archive."""
+    return study in LONG_STUDIES and book_from() == "fresh" and long_mode() == "archive"
+
+
+def study_of(experiment: str) -> str | None:
+    """The long study whose notebook writes ``experiment``, or None."""
+    return next((s for s, names in LONG_STUDIES.items() if experiment in names), None)
+
+
+def study_dir(study: str, scale: str | None = None) -> Path:
+    """Where the tables and profiles of the notebook ``study`` are in this build: the archive when the build reads
+    that long study from it (:func:`study_archived`), else :func:`book_dir`."""
+    scale = scale or book_scale()
+    return archive_dir(scale) if study_archived(study) else book_dir(scale)
+
+
+def read_archive_for(study: str, scale: str | None = None) -> str:
+    """For a chapter that rests on the long study ``study``: when this build reads it from the archive, make this
+    process (the chapter's kernel) read *all* its data from the archive, as a reader's build does, so that every
+    prediction uses the profile of the machine and run that measured it. Return a sentence that says where the
+    chapter's measurements come from."""
+    scale = scale or book_scale()
+    if book_from() == "reference":
+        return (f"This chapter's measurements come from the reference build archived in "
+                f"data/reference/{book_dir(scale).name}/ (a reader's build measures nothing).")
+    if not study_archived(study):
+        return "This chapter's measurements were made by this build."
+    directory = archive_dir(scale)
+    os.environ["DISTPERF_FROM"] = "reference"
+    return (f"This chapter's measurements come from the reference build archived in data/reference/{directory.name}/, "
+            f"not from this build: its experiments ({', '.join(LONG_STUDIES[study])}) are a long study, left out of "
+            f"a default build to keep it under 30 minutes (make book LONG=measure measures them on this machine).")
 
 
 def archive_dir(scale: str) -> Path:
@@ -168,7 +227,8 @@ def load(experiment: str, scale: str | None = None, archived: bool = False):
     import pandas as pd
 
     scale = scale or book_scale()
-    own_dir = book_dir(scale)
+    study = study_of(experiment)
+    own_dir = study_dir(study, scale) if study else book_dir(scale)
     own = table_path(own_dir, experiment)
     builds = archived_builds()
     references = sorted(p for p in (DATA / "reference").glob(f"*/{experiment}.csv*")
@@ -193,11 +253,12 @@ def table_digest(experiment: str, scale: str | None = None) -> str | None:
     from .reference import SHORT, read_manifest
 
     scale = scale or book_scale()
-    directory = book_dir(scale)
+    study = study_of(experiment)
+    directory = study_dir(study, scale) if study else book_dir(scale)
     path = table_path(directory, experiment)
     if path is None:
         return None
-    if book_from() == "reference":
+    if directory in archived_builds():
         entry = (read_manifest(directory) or {}).get("tables", {}).get(path.name)
         if entry:
             return entry["short"]
