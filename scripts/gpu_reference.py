@@ -17,8 +17,9 @@ Multi-rank runs are left out: NCCL refuses two ranks on one GPU, and gloo would 
 
 Then every table the steps wrote (``data/fresh/<scale>/*.csv`` newer than the run's start) is published to
 ``data/reference/<machine>/`` with this device's rows only — each row keeps its provenance (machine, device,
-torch, python, commit, date) and scale — together with the device's ``hardware.json``; the chapters show those
-rows beside the fresh ones. A step that fails or runs out of time is reported and publishes nothing of its own.
+torch, python, commit, date) and scale — together with the device's ``hardware.json`` and the executed notebooks,
+in the canonical archive's form (gzipped tables and a ``MANIFEST.json``, :mod:`distperf.reference`); the chapters
+show those rows beside the fresh ones. A step that fails or runs out of time is reported and publishes nothing of its own.
 Exit status: 0 when every step ran, 1 when some failed, 2 on bad input.
 """
 from __future__ import annotations
@@ -65,29 +66,39 @@ def run_step(cmd: list[str], limit_s: float) -> str | None:
         return f"ran past its {limit_s:.0f} s"
 
 
-def publish(fresh: Path, reference: Path, machine: str, since: float) -> list[Path]:
-    """Copy the tables written in ``fresh`` after ``since`` to ``reference/<machine>/``, keeping the rows of
-    ``machine``; every table must carry the provenance columns. ``hardware.json`` goes along when it is new."""
+def publish(fresh: Path, reference: Path, machine: str, since: float, scale: str = "gpu",
+            executed: Path | None = None) -> list[Path]:
+    """Archive the tables written in ``fresh`` after ``since``, keeping the rows of ``machine``, to
+    ``reference/<machine>/`` in the form of the canonical archive (:func:`distperf.reference.archive`: gzipped
+    tables, ``MANIFEST.json``, the executed notebooks of ``executed``); every table must carry the provenance
+    columns. ``hardware.json`` goes along when it is new. Returns the files written, none when no table was."""
+    import tempfile
+
     import pandas as pd
 
+    from distperf import reference as archive_module
+
     target = reference / machine
-    written = []
-    for path in sorted(fresh.glob("*.csv")):
-        if path.stat().st_mtime < since:
-            continue
-        table = pd.read_csv(path)
-        missing = [c for c in results.PROVENANCE_COLUMNS if c not in table.columns]
-        if missing:
-            raise ConfigError(f"{path.name}", f"a reference table carries its provenance; missing {missing}")
-        mine = table[table.machine == machine]
-        if len(mine):
-            written.append(results.write_csv_atomic(mine, target / path.name))
-    profile = fresh / "hardware.json"
-    if written and profile.exists() and profile.stat().st_mtime >= since:
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(profile, target / "hardware.json")
-        written.append(target / "hardware.json")
-    return written
+    with tempfile.TemporaryDirectory() as staging:
+        staged = Path(staging)
+        for path in sorted(fresh.glob("*.csv")):
+            if path.stat().st_mtime < since:
+                continue
+            table = pd.read_csv(path)
+            missing = [c for c in results.PROVENANCE_COLUMNS if c not in table.columns]
+            if missing:
+                raise ConfigError(f"{path.name}", f"a reference table carries its provenance; missing {missing}")
+            mine = table[table.machine == machine]
+            if len(mine):
+                results.write_csv_atomic(mine, staged / path.name)
+        if not any(staged.glob("*.csv")):
+            return []
+        profile = fresh / "hardware.json"
+        if profile.exists() and profile.stat().st_mtime >= since:
+            shutil.copyfile(profile, staged / "hardware.json")
+        manifest = archive_module.archive(staged, target, scale, executed)
+    return sorted([target / name for name in manifest["tables"]] + [target / name for name in manifest["profiles"]]
+                  + [target / archive_module.MANIFEST])
 
 
 def main(argv=None) -> int:
@@ -123,7 +134,8 @@ def main(argv=None) -> int:
         if why:
             failed.append(name)
     try:
-        written = publish(results.fresh_dir(args.scale), args.reference, machine, start)
+        written = publish(results.fresh_dir(args.scale), args.reference, machine, start, args.scale,
+                          ROOT / "_build" / "executed" / f"{args.scale}-{device}")
     except ConfigError as err:
         print(f"gpu_reference: {err}", file=sys.stderr)
         return 2

@@ -56,11 +56,17 @@ def test_publish_keeps_this_machines_rows_and_profile(tmp_path):
     for p in (fresh / "layer_timing.csv", fresh / "hardware.json"):
         os.utime(p, (since + 1, since + 1))
     written = gpu_reference.publish(fresh, ref, "nvidia-h200", since)
-    assert sorted(p.name for p in written) == ["hardware.json", "layer_timing.csv"]
-    table = pd.read_csv(ref / "nvidia-h200" / "layer_timing.csv")
+    assert [p.name for p in written] == ["MANIFEST.json", "hardware.json", "layer_timing.csv.gz"]
+    table = pd.read_csv(ref / "nvidia-h200" / "layer_timing.csv.gz")
     assert len(table) == 3 and set(table.machine) == {"nvidia-h200"}
     assert set(PROVENANCE_COLUMNS) <= set(table.columns)
-    assert not (ref / "nvidia-h200" / "old_experiment.csv").exists()
+    assert not list((ref / "nvidia-h200").glob("old_experiment*"))
+    from distperf import reference
+
+    manifest = reference.read_manifest(ref / "nvidia-h200")  # the canonical archive's form, checked the same way
+    assert manifest["machine"] == "nvidia-h200" and manifest["scale"] == "gpu"
+    assert list(manifest["tables"]) == ["layer_timing.csv.gz"] and reference.check(ref / "nvidia-h200") == []
+    assert gpu_reference.publish(fresh, ref, "nvidia-a100", since) == []  # no row of that machine: nothing
 
 
 def test_publish_refuses_a_table_without_provenance(tmp_path):

@@ -132,6 +132,25 @@ def test_a_readers_build_reads_the_archive_in_place_of_fresh_tables(data, monkey
         results.load("exp", "cpu")
 
 
+def test_another_machines_archived_build_stands_beside_this_builds_rows_and_this_machines_does_not(data, monkeypatch):
+    _build(data / "fresh" / "cpu")
+    reference.archive(data / "fresh" / "cpu", data / "reference" / "cpu-2c", "cpu")  # this machine's own archive
+    other = data / "staged"
+    other.mkdir()
+    write_csv_atomic(pd.DataFrame({"config_hash": ["g"], "status": ["ok"], "time_s": [0.01], "machine": ["h200"]}),
+                     other / "exp.csv")
+    reference.archive(other, data / "reference" / "h200", "gpu")  # a GPU's, in the same form
+    fresh = results.load("exp", "cpu")
+    assert fresh.source.tolist() == ["fresh"] * 3 + ["reference"] and fresh.machine.tolist()[-1] == "h200"
+    write_csv_atomic(pd.read_csv(data / "fresh" / "cpu" / "exp.csv").assign(machine="laptop-8c"),
+                     data / "fresh" / "cpu" / "exp.csv")  # the same build on another machine: the canonical beside
+    elsewhere = results.load("exp", "cpu")
+    assert elsewhere.source.tolist() == ["fresh"] * 3 + ["reference"] * 4
+    assert sorted(set(elsewhere.machine)) == ["cpu-2c", "h200", "laptop-8c"]
+    monkeypatch.setenv("DISTPERF_FROM", "reference")  # a reader's build: the canonical archive, the GPU's beside it
+    assert results.load("exp", "cpu").machine.tolist() == ["cpu-2c"] * 3 + ["h200"]
+
+
 def test_an_archived_long_study_is_read_once_in_either_build(data, monkeypatch):
     _build(data / "fresh" / "cpu")
     where = data / "reference" / "cpu-2c"

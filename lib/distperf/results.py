@@ -220,27 +220,41 @@ def load(experiment: str, scale: str | None = None, archived: bool = False):
     """The book's own results at ``scale`` (:func:`book_dir`) and the committed reference tables, in one DataFrame.
 
     A column ``source`` says 'fresh' (the book's own data) or 'reference'. A missing table of the book's own is an
-    error that says how to produce it. Reference tables are those of other machines (a GPU's), and those of archived
-    builds only for an ``archived`` experiment (one too long for a build, such as the long convergence study), which
-    is read from them, with a table of the book's own beside them where one exists.
+    error that says how to produce it. Reference tables are those of other machines: committed tables (a GPU's) and
+    archived builds (:mod:`distperf.reference`) of a machine other than the one of the book's own rows, so that a
+    build on another machine shows the canonical build's results beside its own while this machine's build does not
+    show its own archive twice. An ``archived`` experiment (one too long for any build, such as the long
+    convergence study) is read from every archived build, with a table of the book's own beside them where one
+    exists.
     """
     import pandas as pd
+
+    from .reference import read_manifest
 
     scale = scale or book_scale()
     study = study_of(experiment)
     own_dir = study_dir(study, scale) if study else book_dir(scale)
     own = table_path(own_dir, experiment)
+    own_frame = pd.read_csv(own, low_memory=False) if own is not None else None
+    own_machines = set(own_frame["machine"].dropna().astype(str)) if own is not None and "machine" in own_frame \
+        else set()
     builds = archived_builds()
+
+    def beside(directory: Path) -> bool:
+        if directory == own_dir:
+            return False
+        if archived or directory not in builds:
+            return True
+        return (read_manifest(directory) or {}).get("machine") not in own_machines
+
     references = sorted(p for p in (DATA / "reference").glob(f"*/{experiment}.csv*")
-                        if p.name in (f"{experiment}.csv", f"{experiment}.csv.gz") and p.parent != own_dir
-                        and (archived or p.parent not in builds))
+                        if p.name in (f"{experiment}.csv", f"{experiment}.csv.gz") and beside(p.parent))
     if own is None and not (archived and references):
         raise FileNotFoundError(f"{own_dir / (experiment + '.csv')} is missing: run `make data SCALE={scale}` (or "
                                 f"`make book`) first" if not archived
                                 else f"no table of {experiment} in data/reference/ or {own_dir}")
-    paths = ([own] if own is not None else []) + references
     kinds = (["fresh"] if own is not None else []) + ["reference"] * len(references)
-    frames = [pd.read_csv(path, low_memory=False) for path in paths]
+    frames = ([own_frame] if own is not None else []) + [pd.read_csv(path, low_memory=False) for path in references]
     source = pd.Series([kind for kind, f in zip(kinds, frames) for _ in range(len(f))], name="source", dtype=object)
     # one concatenation rather than a column inserted into a frame of hundreds of columns (pandas then warns, and
     # the warning would print in the book)
