@@ -75,11 +75,15 @@ NO_DATA_PARALLEL = DataParallelTerms(exposed_step=0.0, exposed_microbatch=0.0, t
 
 
 def activation_message(spec: ModelSpec, lay: Layout, tr: Training, convention: str = "trainer") -> float:
-    """Bytes of one microbatch's activation (or its gradient) between layers and pipeline stages: b·s·h, ÷t with
-    sequence parallelism (the residual stream is then cut along the sequence), in fp32 for the trainer (bf16
-    autocast leaves the residual stream fp32) or in the parameters' precision for the papers."""
+    """Bytes one rank sends of one microbatch's activation (or its gradient) between pipeline stages: b·s·h, ÷t
+    with sequence parallelism (the residual stream is then cut along the sequence), in fp32 for the trainer (bf16
+    autocast leaves the residual stream fp32) or in the parameters' precision for the papers. The papers'
+    convention also divides by t without sequence parallelism: Megatron-LM's scatter/gather optimisation
+    (Narayanan et al. 2021, §4.1) has each of the t tensor-parallel ranks send its 1/t of the replicated tensor
+    over its own link and all-gathers it inside the receiving node (that NVLink all-gather is not counted)."""
     value = bytes_per_parameter(tr.precision, tr.optimizer, tr.momentum)[0] if convention == "paper" else 4
-    return lay.micro_batch * spec.seq * spec.hidden * value / (lay.tp if lay.sequence_parallel else 1)
+    split = lay.sequence_parallel or convention == "paper"
+    return lay.micro_batch * spec.seq * spec.hidden * value / (lay.tp if split else 1)
 
 
 def _link(hw: Hardware, kind: str, group_span: int, backend: str) -> tuple[float, float, str]:

@@ -172,9 +172,11 @@ def model_states(spec: ModelSpec, lay: Layout, tr: Training, span: Span, convent
 
 
 def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span,
-            times: tuple | None = None) -> Compute:
+            times: tuple | None = None, vocab_parallel: bool = False) -> Compute:
     """Forward FLOPs over the achieved rate; the backward twice the forward plus what recomputation repeats
-    (:mod:`distperf.cost.flops`). The head is replicated: every tensor-parallel rank computes it.
+    (:mod:`distperf.cost.flops`). The head is replicated, as in this book's trainers: every tensor-parallel rank
+    computes it; with ``vocab_parallel`` (the papers' convention) it is split over the t ranks by vocabulary, as
+    Megatron-LM's parallel output layer is (Shoeybi et al. 2019, §3), so a rank computes 2bshV/t of it.
 
     With profiled ``times`` (((f, b) layer, (f, b) embedding, (f, b) head) seconds of one microbatch on one
     device), as profiling-based predictors do: L/t·(f + b + recomputed share·f) + the ends' f + b, the
@@ -205,7 +207,7 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
         return Compute(forward=forward, backward=backward)
     rate = hw.flops(tr.precision)
     forward = span.layers * fl.layer_forward_flops(b, s, h, ffn) / t + \
-        (fl.head_forward_flops(b, s, h, spec.vocab) if span.last else 0)
+        (fl.head_forward_flops(b, s, h, spec.vocab) / (t if vocab_parallel else 1) if span.last else 0)
     return Compute(forward=forward / rate,
                    backward=(2 * forward + span.layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t) / rate)
 
@@ -295,7 +297,7 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
         states = model_states(spec, lay, tr, span, convention)
         found = _STATES[key] = (states, data_parallel_traffic(lay, tr, states, convention))
     states, traffic = found
-    work = compute(spec, lay, tr, hw, span, times)
+    work = compute(spec, lay, tr, hw, span, times, vocab_parallel=convention == "paper")
     key = (spec, tr, hw, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.recompute, span, convention, backend)
     tp = _TERMS.get(key)
     if tp is None:

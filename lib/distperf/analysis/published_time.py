@@ -1,0 +1,247 @@
+"""The cost model against published step times at paper scale ("Against published step times").
+
+Two published sets of measurements on Selene (DGX A100 80 GB, 8 GPUs and 8 × 200 Gbit/s HDR InfiniBand a node),
+both in ``data/published/`` (values in ``values.csv``, layouts in ``layouts.csv``):
+
+- :data:`FIT`, Narayanan et al. 2021 (Megatron-LM on GPU clusters), Table 1: the achieved teraFLOP/s per GPU of
+  ten GPT models from 1.7 B to 1 T parameters. A rate becomes a time with the paper's own FLOP count (full
+  recomputation, 96BsLh²(1 + s/6h + V/16Lh), Eq. (3) of the analytical framework's chapter):
+  T = F / (N · rate).
+- :data:`VALIDATE`, Korthikanti et al. 2022, Table 5: the iteration times of four models (22 B to 1 T) with full
+  recomputation and with sequence parallelism + selective recomputation.
+
+The prediction is :func:`distperf.cost.predict` under the papers' convention (mixed precision, Adam, Megatron-LM's
+vocabulary-parallel head and scatter/gather pipeline sends) on the ``A100-80GB`` preset. The preset's datasheet
+rates make it a lower bound; two constants scale it to what such a cluster achieves: ``flops_efficiency`` (the
+fraction of the 16-bit peak the matrix products reach) and ``link_efficiency`` (the fraction of the datasheet
+bandwidths, NVLink and InfiniBand alike, that collectives and sends reach). :func:`fit` finds the pair that
+minimises the mean |signed error| on the FIT rows only (a grid, so the result does not depend on a starting
+point); the VALIDATE rows are then predicted with it, never having been seen. A test checks that changing a
+validation row changes no fitted constant.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pandas as pd
+
+from .. import published
+from ..config import Config
+from ..cost import predict
+from ..hardware import PRESETS, Hardware
+from ..results import DATA
+
+LAYOUTS = DATA / "published" / "layouts.csv"
+FIT = ("narayanan2021efficient", "Table 1")
+VALIDATE = ("korthikanti2022reducing", "Table 5")
+ROLES = {FIT: "fit", VALIDATE: "validation"}
+QUANTITIES = ("iteration time", "achieved teraFLOP/s per GPU")  # the published rows that are times or rates
+# the grid of the two constants: 0.30 … 1.00 of the datasheet's FLOP/s and 0.10 … 1.00 of its bandwidths
+FLOPS_GRID = tuple(round(0.30 + 0.01 * i, 2) for i in range(71))
+LINK_GRID = tuple(round(0.10 + 0.05 * i, 2) for i in range(19))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published measurement and the configuration it was measured on."""
+
+    source: str
+    where: str
+    item: str
+    config: Config
+    gpus: int
+    hardware: str
+    measured_s: float  # iteration time, published or derived from a published rate
+    published: str  # the published value as printed, with its unit
+
+    @property
+    def role(self) -> str:
+        return ROLES.get((self.source, self.where), "other")
+
+
+def layouts() -> dict[str, dict]:
+    """{item: its layout row} of ``layouts.csv``."""
+    with open(LAYOUTS, newline="") as f:
+        return {row["item"]: row for row in csv.DictReader(f)}
+
+
+def config_of(layout: dict) -> Config:
+    """The :class:`~distperf.config.Config` of a published layout: its model, its parallel layout (data-parallel
+    degree N / (t·p)), batch, schedule, recomputation, sequence parallelism, and mixed precision with Adam."""
+    from ..flags import add_config_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    gpus, tp, pp = int(layout["gpus"]), int(layout["tp"]), int(layout["pp"])
+    args = ["--model", "megatron-1.7b", "--layers", layout["layers"], "--hidden", layout["hidden"],
+            "--heads", layout["heads"], "--vocab", layout["vocab"], "--seq", layout["seq"],
+            "--tp", str(tp), "--pp", str(pp), "--dp", str(gpus // (tp * pp)),
+            "--micro-batch", layout["micro_batch"], "--global-batch", layout["global_batch"],
+            "--recompute", layout["recompute"], "--precision", "mixed", "--optimizer", "adam"]
+    if layout["schedule"] != "none":
+        args += ["--schedule", layout["schedule"], "--chunks", layout["chunks"]]
+    if layout["sequence_parallel"] == "1":
+        args.append("--sequence-parallel")
+    return config_from_args(parser.parse_args(args))
+
+
+def paper_flops(cfg: Config) -> float:
+    """Megatron-LM's FLOPs of one iteration with full recomputation (the count behind Table 1's rates):
+    96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)) (Narayanan et al. 2021, Eq. (3))."""
+    spec, lay = cfg.model, cfg.layout
+    B = lay.micro_batch * lay.microbatches * lay.dp
+    L, h, s, V = spec.layers, spec.hidden, spec.seq, spec.vocab
+    return 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+
+
+@lru_cache(maxsize=1)
+def cases() -> tuple[Case, ...]:
+    """Every published measurement of FIT and VALIDATE, with its configuration and measured seconds."""
+    out = []
+    by_item = layouts()
+    for source, where in (FIT, VALIDATE):
+        for row in (r for q in QUANTITIES for r in published.select(source=source, where=where, quantity=q)):
+            layout = by_item[row["item"]]
+            cfg = config_of(layout)
+            gpus = int(layout["gpus"])
+            if row["unit"] == "s":
+                seconds = row["value"]
+            elif row["unit"] == "TFLOP/s":
+                seconds = paper_flops(cfg) / (gpus * row["value"] * 1e12)
+            else:
+                raise ValueError(f"{row['item']}: a {row['unit']} cannot be compared with a predicted time")
+            out.append(Case(source, where, row["item"], cfg, gpus, layout["hardware"], seconds,
+                            f"{row['value']:g} {row['unit']}"))
+    return tuple(out)
+
+
+def scaled(hw: Hardware, flops_efficiency: float, link_efficiency: float) -> Hardware:
+    """``hw`` with its matrix rate and link bandwidths scaled (the two fitted constants)."""
+    return dataclasses.replace(hw, name=f"{hw.name} (fitted)", flops_efficiency=flops_efficiency,
+                               intra_bandwidth=hw.intra_bandwidth * link_efficiency,
+                               inter_bandwidth=hw.inter_bandwidth * link_efficiency)
+
+
+def predicted(case: Case, hw: Hardware | None = None) -> dict:
+    """The cost model's time terms for ``case`` on ``hw`` (default: its datasheet preset), papers' convention."""
+    result = predict(case.config, hw or PRESETS[case.hardware], convention="paper", backend="nccl")
+    return result["time_s"]
+
+
+def signed_error(predicted_s: float, measured_s: float) -> float:
+    return predicted_s / measured_s - 1
+
+
+def mean_abs_error(rows, hw: Hardware) -> float:
+    return sum(abs(signed_error(predicted(c, hw)["iteration"], c.measured_s)) for c in rows) / len(rows)
+
+
+def fit(rows) -> tuple[float, float]:
+    """(flops_efficiency, link_efficiency) that minimise the mean |signed error| of ``rows`` (all on one preset),
+    on :data:`FLOPS_GRID` × :data:`LINK_GRID`; ties go to the first pair of the grid."""
+    rows = tuple(rows)
+    base = PRESETS[rows[0].hardware]
+    if any(c.hardware != base.name for c in rows):
+        raise ValueError("fit: every row must be on the same hardware")
+    best = min(((mean_abs_error(rows, scaled(base, f, k)), f, k) for f in FLOPS_GRID for k in LINK_GRID),
+               key=lambda x: x[0])
+    return best[1], best[2]
+
+
+def table(constants: tuple[float, float]) -> pd.DataFrame:
+    """One row per published measurement: its role (fit or validation), measured seconds, and the prediction with
+    the datasheet preset and with the fitted constants, each with its signed error and time terms."""
+    rows = []
+    for c in cases():
+        base = PRESETS[c.hardware]
+        raw, tuned = predicted(c, base), predicted(c, scaled(base, *constants))
+        lay = c.config.layout
+        rows.append({"source": c.source, "where": c.where, "item": c.item, "role": c.role, "GPUs": c.gpus,
+                     "layout": f"t{lay.tp} p{lay.pp} d{lay.dp}" + (f" v{lay.chunks}" if lay.chunks > 1 else ""),
+                     "published": c.published, "measured_s": c.measured_s,
+                     "datasheet_s": raw["iteration"], "datasheet_error": signed_error(raw["iteration"], c.measured_s),
+                     "fitted_s": tuned["iteration"], "fitted_error": signed_error(tuned["iteration"], c.measured_s),
+                     "compute_s": tuned["compute"], "communication_s": tuned["communication_exposed"],
+                     "bubble_s": tuned["bubble"]})
+    return pd.DataFrame(rows)
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean and largest |signed error| per role, with the datasheet preset and with the fitted constants."""
+    out = []
+    for role, part in frame.groupby("role", sort=False):
+        out.append({"rows": role, "n": len(part),
+                    "datasheet: mean |error|": part.datasheet_error.abs().mean(),
+                    "datasheet: max |error|": part.datasheet_error.abs().max(),
+                    "fitted: mean |error|": part.fitted_error.abs().mean(),
+                    "fitted: max |error|": part.fitted_error.abs().max(),
+                    "fitted: mean signed error": part.fitted_error.mean()})
+    return pd.DataFrame(out)
+
+
+def statistics(frame: pd.DataFrame) -> dict:
+    """The verdict's statistics: the validation rows' mean and largest |signed error| with the fitted constants."""
+    val = frame[frame.role == "validation"]
+    if val.empty:
+        return {}
+    return {"validation_mean": float(val.fitted_error.abs().mean()),
+            "validation_max": float(val.fitted_error.abs().max())}
+
+
+def misses_text(frame: pd.DataFrame) -> str:
+    """The validation rows the fitted model misses by more than the mean, each with its signed error and the share
+    of its predicted time that is bubble and exposed communication, from the data."""
+    val = frame[frame.role == "validation"]
+    if val.empty:
+        return "no validation row"
+    limit = val.fitted_error.abs().mean()
+    worst = val[val.fitted_error.abs() > limit].sort_values("fitted_error", key=abs, ascending=False)
+    parts = [f"{r.item} ({r.fitted_error:+.1%}; bubble {r.bubble_s / r.fitted_s:.0%} and exposed communication "
+             f"{r.communication_s / r.fitted_s:.0%} of the predicted time)" for r in worst.itertuples()]
+    side = "over" if (worst.fitted_error > 0).all() else "under" if (worst.fitted_error < 0).all() else None
+    lead = f"all {side}-predicted" if side else "on both sides"
+    return (f"{len(parts)} of {len(val)} validation rows miss by more than the mean |error| of {limit:.1%}, "
+            f"{lead}: " + "; ".join(parts)) if parts else f"no validation row misses by more than {limit:.1%}"
+
+
+def finding(frame: pd.DataFrame) -> str:
+    """One sentence for the landing page: the validation rows' mean and largest |signed error| with the fitted
+    constants, against the datasheet preset's."""
+    val = frame[frame.role == "validation"]
+    if val.empty:
+        return "no published step time was predicted"
+    return (f"fitted on Megatron-LM's Table 1, the framework predicts the {len(val)} iteration times of "
+            f"Korthikanti et al.'s Table 5 with a mean |error| of {val.fitted_error.abs().mean():.1%} (largest "
+            f"{val.fitted_error.abs().max():.1%}); the datasheet rates alone miss them by "
+            f"{val.datasheet_error.mean():+.0%} on average")
+
+
+def fit_subset_check(rows) -> list[str]:
+    """The items of ``rows`` that are not FIT rows (an empty list is the split holding)."""
+    return [c.item for c in rows if (c.source, c.where) != FIT]
+
+
+def draw(frame: pd.DataFrame):
+    """Predicted against published iteration time, log-log: the datasheet preset (open markers) and the fitted
+    constants (filled), circles for the fit rows and squares for the validation rows, the diagonal and ±10 %."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    for role, marker in (("fit", "o"), ("validation", "s")):
+        part = frame[frame.role == role]
+        ax.scatter(part.measured_s, part.datasheet_s, marker=marker, facecolors="none", edgecolors="0.5",
+                   label=f"{role} rows, datasheet preset")
+        ax.scatter(part.measured_s, part.fitted_s, marker=marker, color="C0" if role == "fit" else "C1",
+                   label=f"{role} rows, fitted constants")
+    low, high = frame.measured_s.min() / 2, frame.measured_s.max() * 2
+    for factor, style in ((1.0, "-"), (1.1, ":"), (0.9, ":")):
+        ax.plot([low, high], [low * factor, high * factor], style, color="0.3", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high), xlabel="published iteration time (s)",
+           ylabel="predicted iteration time (s)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
