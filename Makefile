@@ -27,7 +27,7 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 RUNS := $(patsubst notebooks/%.ipynb,$(EXECUTED)/%.ipynb,$(NOTEBOOKS))
 # The long studies (distperf.results.LONG_STUDIES; a test keeps the two lists equal): a fresh build at scale cpu
 # reads them from the archive unless LONG=measure.
-LONG_STUDIES := network planner time_breakdown twobw
+LONG_STUDIES := dp_zero network planner time_breakdown twobw
 LONG ?= $(if $(and $(filter cpu,$(SCALE)),$(filter fresh,$(FROM))),archive,measure)
 LONG_RUNS := $(LONG_STUDIES:%=$(EXECUTED)/%.ipynb)
 BUILD_RUNS := $(if $(filter archive,$(LONG)),$(filter-out $(LONG_RUNS),$(RUNS)),$(RUNS))

@@ -188,6 +188,8 @@ def test_a_default_fresh_build_reads_the_long_studies_from_the_archive_and_says_
     caption = book.provenance_caption(archived, "cpu")
     assert "reference data" in caption and "this build" not in caption and f"sha256 {short}" in caption
     assert "this build" in book.provenance_caption(results.load("exp", "cpu"), "cpu")
+    mixed = book.provenance_caption(pd.concat([results.load("exp", "cpu"), archived], ignore_index=True), "cpu")
+    assert mixed.count("(cpu-2c, ") == 2 and mixed.index("this build") < mixed.index("reference data")
 
     text = results.read_archive_for("network", "cpu")  # a chapter resting on the study: its kernel reads the archive
     assert "data/reference/cpu-2c/" in text and "network_bucket" in text and "LONG=measure" in text

@@ -26,18 +26,29 @@ def figures_dir() -> Path:
     return (out / "smoke" / "_build" if results.book_scale() == "smoke" else out) / "figures"
 
 
-def _machine_line(rows, scale: str) -> str:
+def _origins(frame):
+    """Per row, 'this build' or 'reference data': a row is the reference's when it came from a committed table
+    (``source`` reference), from the archive a reader's build reads, or from a long study this build read from the
+    archive (:func:`distperf.results.study_archived`)."""
+    import pandas as pd
+
+    if results.book_from() == "reference":
+        return pd.Series("reference data", index=frame.index)
+    fresh = frame["source"] == "fresh" if "source" in frame else pd.Series(True, index=frame.index)
+    if "experiment" in frame:
+        archived = frame["experiment"].map(lambda e: isinstance(e, str) and results.study_archived(
+            results.study_of(e) or ""))
+        fresh = fresh & ~archived.astype(bool)
+    return fresh.map({True: "this build", False: "reference data"})
+
+
+def _machine_line(rows, origin: str, scale: str) -> str:
     first = rows.iloc[0]
     dates = sorted(str(d)[:10] for d in rows["date"].dropna().unique())
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     commits = ", ".join(dict.fromkeys(str(c) for c in rows["commit"].dropna()))
     if "scale" in rows:
         scale = ", ".join(dict.fromkeys(str(s) for s in rows["scale"].dropna())) or scale
-    experiments = rows["experiment"].dropna().astype(str).unique() if "experiment" in rows else ()
-    archived = results.book_from() == "reference" or any(results.study_archived(results.study_of(e) or "")
-                                                          for e in experiments)
-    origin = ("reference data" if archived else "this build") \
-        if first.get("source", "fresh") == "fresh" else "reference data"
     return f"{first.device_name} ({first.machine}, {origin}), {when}, commit {commits}, scale {scale}"
 
 
@@ -47,8 +58,9 @@ def provenance_caption(frame, scale: str | None = None) -> str:
     for the book's own rows of a sweep table (an ``experiment`` column), the table and the start of its content's
     sha256 (:func:`distperf.results.table_digest`): what a citation of the figure names."""
     scale = scale or results.book_scale()
-    order = frame.assign(_fresh=frame.get("source", "fresh") != "fresh").sort_values("_fresh", kind="stable")
-    text = "; ".join(_machine_line(rows, scale) for _, rows in order.groupby("machine", sort=False))
+    order = frame.assign(_origin=_origins(frame)).sort_values("_origin", kind="stable", ascending=False)
+    text = "; ".join(_machine_line(rows, origin, scale)
+                     for (_, origin), rows in order.groupby(["machine", "_origin"], sort=False))
     own = frame[frame["source"] == "fresh"] if "source" in frame else frame
     names = dict.fromkeys(own["experiment"].dropna().astype(str)) if "experiment" in own else {}
     digests = {t: results.table_digest(t, scale) for t in names}

@@ -60,6 +60,7 @@ def book_from() -> str:
 
 # Experiment notebook -> the tables it writes, for each long study (a test checks them against the notebooks).
 LONG_STUDIES = {
+    "dp_zero": ("dp_bucket", "dp_waiting", "dp_zero"),
     "network": ("network_bucket", "network_placement", "network_pp_vs_dp"),
     "planner": ("planner",),
     "time_breakdown": ("regimes",),
