@@ -87,3 +87,38 @@ def test_the_statistics_and_the_misses_follow_the_errors_either_way():
     under = pt.misses_text(frame([-0.01, -0.2, -0.3]))
     assert "all under-predicted" in under
     assert pt.misses_text(frame([0.1, 0.1])).startswith("no validation row misses")
+
+
+def _throughputs(flush_ratio, gpipe_ratio):
+    rows = []
+    for batch in (512, 2048):
+        rows.append({"model": "m", "rate": "r", "GPUs": 64, "batch": batch, "2bw": 100.0, "1f1b": 100.0 / flush_ratio,
+                     "gpipe": 100.0 / gpipe_ratio, "2BW/Flush": flush_ratio, "2BW/GPipe": gpipe_ratio,
+                     "Flush bubble": 0.2})
+    return pd.DataFrame(rows)
+
+
+def test_the_published_2bw_speedups_are_compared_within_the_tolerance_either_way():
+    paper = {item: published.value(item, quantity, source=pt.TWOBW_SOURCE) for item, quantity, _, _ in pt.TWOBW_RATIOS}
+    close = pt.twobw_comparison(_throughputs(paper["2BW against PipeDream-Flush"],
+                                             paper["2BW against GPipe"]), "r")
+    assert close.paper.tolist() == list(paper.values())
+    assert close["within 15 %"].tolist() == [True, True, abs(close.framework[2] / close.paper[2] - 1) <= 0.15]
+    far = pt.twobw_comparison(_throughputs(1.0, 1.0), "r")
+    assert far["within 15 %"].tolist()[:2] == [False, False] and pt.ratio_share(far) < pt.ratio_share(close)
+    assert pt.statistics(pd.DataFrame({"role": []}), far) == {"twobw_ratios": pt.ratio_share(far)}
+    text = pt.ratio_misses_text(_throughputs(1.1, 2.0), far, "r")
+    assert "loses 20% of its iteration" in text and "GPipe fits in memory in 2 of 2 cases" in text
+    none_fit = _throughputs(1.1, 2.0).assign(gpipe=float("nan"), **{"2BW/GPipe": float("nan")})
+    assert pt.twobw_comparison(none_fit, "r").framework.isna().tolist() == [False, True, False]
+
+
+def test_the_planner_gives_each_schedule_its_own_best_plan_at_the_papers_cases():
+    from distperf.analysis import planner as ap
+    from distperf.hardware import PRESETS
+
+    rates = {"peak": PRESETS["V100-16GB"]}
+    th = pt.schedule_throughputs(rates, ((64, 512),), ("2bw-gpt-2.2b",), 8, ap.PAPER_NODE_BANDWIDTH)
+    row = th.iloc[0]
+    assert row["2bw"] > 0 and row["1f1b"] > 0 and row["2BW/Flush"] == pytest.approx(row["2bw"] / row["1f1b"])
+    assert 0 <= row["Flush bubble"] < 1
