@@ -95,7 +95,7 @@ $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell fin
 	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
 test: $(INSTALLED) chromium  ## pytest, then the smoke build of the book and its check in a browser
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25  # the slowest tests, printed: where `make test`'s time goes
 	$(MAKE) book SCALE=smoke
 	$(MAKE) browser-check SCALE=smoke
 	$(MAKE) book FROM=reference
