@@ -36,8 +36,7 @@ def _origins(frame):
         return pd.Series("reference data", index=frame.index)
     fresh = frame["source"] == "fresh" if "source" in frame else pd.Series(True, index=frame.index)
     if "experiment" in frame:
-        archived = frame["experiment"].map(lambda e: isinstance(e, str) and results.study_archived(
-            results.study_of(e) or ""))
+        archived = frame["experiment"].map(lambda e: isinstance(e, str) and results.study_archived(results.study_of(e)))
         fresh = fresh & ~archived.astype(bool)
     return fresh.map({True: "this build", False: "reference data"})
 

@@ -78,8 +78,8 @@ def long_mode() -> str:
     return value
 
 
-def study_archived(study: str) -> bool:
-    """Whether this fresh build reads the long study ``study`` (a notebook's name) from the archive."""
+def study_archived(study: str | None) -> bool:
+    """Whether this fresh build reads the long study ``study`` (a notebook's name; None: none) from the archive."""
     return study in LONG_STUDIES and book_from() == "fresh" and long_mode() == "archive"
 
 
@@ -88,9 +88,9 @@ def study_of(experiment: str) -> str | None:
     return next((s for s, names in LONG_STUDIES.items() if experiment in names), None)
 
 
-def study_dir(study: str, scale: str | None = None) -> Path:
+def study_dir(study: str | None, scale: str | None = None) -> Path:
     """Where the tables and profiles of the notebook ``study`` are in this build: the archive when the build reads
-    that long study from it (:func:`study_archived`), else :func:`book_dir`."""
+    that long study from it (:func:`study_archived`), else :func:`book_dir` (also for None: no long study)."""
     scale = scale or book_scale()
     return archive_dir(scale) if study_archived(study) else book_dir(scale)
 
@@ -233,8 +233,7 @@ def load(experiment: str, scale: str | None = None, archived: bool = False):
     from .reference import read_manifest
 
     scale = scale or book_scale()
-    study = study_of(experiment)
-    own_dir = study_dir(study, scale) if study else book_dir(scale)
+    own_dir = study_dir(study_of(experiment), scale)
     own = table_path(own_dir, experiment)
     own_frame = pd.read_csv(own, low_memory=False) if own is not None else None
     own_machines = set(own_frame["machine"].dropna().astype(str)) if own is not None and "machine" in own_frame \
@@ -268,8 +267,7 @@ def table_digest(experiment: str, scale: str | None = None) -> str | None:
     from .reference import SHORT, read_manifest
 
     scale = scale or book_scale()
-    study = study_of(experiment)
-    directory = study_dir(study, scale) if study else book_dir(scale)
+    directory = study_dir(study_of(experiment), scale)
     path = table_path(directory, experiment)
     if path is None:
         return None
