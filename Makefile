@@ -18,6 +18,9 @@ endif
 SCALE ?= cpu
 FROM ?= fresh
 REFERENCE ?= cpu-2c
+# processes for what may run side by side in `make test` (pytest's files, the smoke study's notebooks) and for
+# reading the book's pages (_ext/distperf_offline.py); never for measuring (a real build's notebooks run one by one)
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 
 # The smoke book and the reader's book go to folders of their own, so that `make test` never touches the real one.
 BOOK_OUT := $(if $(filter reference,$(FROM)),_build/reader,$(if $(filter smoke,$(SCALE)),_build/smoke,.))
@@ -43,6 +46,7 @@ export DISTPERF_SCALE := $(SCALE)
 export DISTPERF_FROM := $(FROM)
 export DISTPERF_LONG := $(LONG)
 export DISTPERF_REFERENCE := $(REFERENCE)
+export DISTPERF_BOOK_JOBS := $(JOBS)
 # Chapters write each figure as SVG and PNG (tables as CSV) here; the build publishes them as figures/.
 FIGURES := $(BOOK_OUT)/_build/figures
 export DISTPERF_FIGURES := $(abspath $(FIGURES))
@@ -95,7 +99,8 @@ $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell fin
 	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
 test: $(INSTALLED) chromium  ## pytest, then the smoke build of the book and its check in a browser
-	$(BIN)/pytest -q --durations=25  # the slowest tests, printed: where `make test`'s time goes
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile --durations=25  # the slowest tests, printed: where the time goes
+	$(MAKE) -j$(JOBS) data SCALE=smoke  # the smoke study checks that the notebooks run, not what they measure
 	$(MAKE) book SCALE=smoke
 	$(MAKE) browser-check SCALE=smoke
 	$(MAKE) book FROM=reference

@@ -51,19 +51,70 @@ def test_missing_figure_fails_the_build(tmp_path):
     assert "missing.png" in result.stdout + result.stderr
 
 
-def test_the_landing_page_is_read_last_and_on_every_build():
-    # it gathers the verdicts every chapter writes as it executes (distperf.analysis.findings)
+def _offline_extension():
     import importlib.util
-    from types import SimpleNamespace
 
     spec = importlib.util.spec_from_file_location("distperf_offline", ROOT / "_ext" / "distperf_offline.py")
     ext = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ext)
-    app = SimpleNamespace(config=SimpleNamespace(root_doc="chapters/intro"))
-    docnames = ["chapters/calibration", "chapters/intro", "chapters/twobw"]
-    ext.root_last(app, None, docnames)
-    assert docnames == ["chapters/calibration", "chapters/twobw", "chapters/intro"]
+    return ext
+
+
+def _app(parallel: int, allowed: bool = True):
+    from types import SimpleNamespace
+
+    calls = []
+    app = SimpleNamespace(config=SimpleNamespace(root_doc="chapters/intro"), parallel=parallel,
+                          is_parallel_allowed=lambda kind: allowed, emit=lambda *a: calls.append(("emit", a[0])),
+                          builder=SimpleNamespace(read_doc=lambda name: calls.append(("read", name))))
+    env = SimpleNamespace(clear_doc=lambda name: calls.append(("clear", name)))
+    return app, env, calls
+
+
+CHAPTERS = [f"chapters/c{k}" for k in range(8)]
+
+
+def test_the_landing_page_is_read_last_and_on_every_build():
+    # it gathers the verdicts every chapter writes as it executes (distperf.analysis.findings)
+    ext = _offline_extension()
+    for parallel, allowed, pages in [(1, True, CHAPTERS), (2, True, CHAPTERS[:3]), (2, False, CHAPTERS)]:
+        app, env, calls = _app(parallel, allowed)
+        docnames = [*pages[:2], "chapters/intro", *pages[2:]]
+        ext.root_last(app, env, docnames)  # a serial read: the root moves to the end
+        assert docnames == [*pages, "chapters/intro"]
+        ext.read_root_when_all_merged(app, env, pages, None)
+        assert calls == []
     assert ext.reread_root(app, None, set(), set(), set()) == ["chapters/intro"]
     toc = (ROOT / "_toc.yml").read_text()
     assert "root: chapters/intro" in toc
     assert "execution_mode: force" in (ROOT / "chapters" / "intro.md").read_text().split("---")[1]
+
+
+def test_in_a_parallel_read_the_landing_page_is_read_after_every_other_page_is_merged():
+    ext = _offline_extension()
+    app, env, calls = _app(2)
+    docnames = ["chapters/intro", *CHAPTERS]
+    ext.root_last(app, env, docnames)
+    assert docnames == CHAPTERS  # what Sphinx hands to its processes
+    ext.read_root_when_all_merged(app, env, CHAPTERS[:4], None)
+    ext.read_root_when_all_merged(app, env, CHAPTERS[6:], None)
+    assert calls == []  # a process's pages are still being read
+    ext.read_root_when_all_merged(app, env, CHAPTERS[4:6], None)
+    assert calls == [("emit", "env-purge-doc"), ("clear", "chapters/intro"), ("read", "chapters/intro")]
+    assert docnames == [*CHAPTERS, "chapters/intro"]  # and it is written with the others
+    ext.read_root_when_all_merged(app, env, CHAPTERS[:1], None)
+    assert len(calls) == 3  # once per build
+
+
+def test_the_number_of_reading_processes(monkeypatch):
+    import os
+
+    ext = _offline_extension()
+    monkeypatch.delenv("DISTPERF_BOOK_JOBS", raising=False)
+    assert ext.jobs() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("DISTPERF_BOOK_JOBS", "3")
+    assert ext.jobs() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("DISTPERF_BOOK_JOBS", bad)
+        with pytest.raises(ValueError, match="DISTPERF_BOOK_JOBS"):
+            ext.jobs()

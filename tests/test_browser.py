@@ -153,6 +153,20 @@ def test_every_glued_figure_is_published_under_its_label():
 
 
 @needs_book
+def test_the_landing_page_was_built_after_every_chapter_wrote_its_verdict():
+    # chapters are read in parallel; the landing page gathers their verdicts, so it must be read after them all
+    figures = Path(BOOK).parent / "figures"
+    findings = figures / "tbl-findings.csv"
+    verdicts = sorted(figures.glob("verdict-*.json"))
+    assert verdicts and findings.is_file()
+    late = [v.name for v in verdicts if v.stat().st_mtime > findings.stat().st_mtime]
+    assert not late, f"written after the landing page's findings table: {late}"
+    from distperf.analysis.findings import NOT_BUILT
+
+    assert NOT_BUILT not in findings.read_text()
+
+
+@needs_book
 def test_executed_notebooks_are_published():
     html = Path(BOOK)
     chapters = sorted(p.stem for p in book_chapters() if "{code-cell}" in p.read_text())
