@@ -19,7 +19,7 @@ from distperf.config import Config, Layout, validate  # noqa: E402
 from distperf.cost import kernels as kn  # noqa: E402
 from distperf.cost import predict  # noqa: E402
 from distperf.hardware import PRESETS  # noqa: E402
-from distperf.measure.kernels import STEP_FIT_MODEL  # noqa: E402
+from distperf.cost.kernels import STEP_FIT_MODEL  # noqa: E402
 from test_kernels import synthetic_costs  # noqa: E402
 
 HW = replace(PRESETS["A100-80GB"], name="synthetic", kernels=synthetic_costs(tp_layer_s=2e-4, fsdp_unit_s=1e-4))
@@ -138,7 +138,7 @@ def test_no_validation_row_was_used_to_fit_anything():
     assert {r["model"] for r in fit["rows"]} == {STEP_FIT_MODEL}
     validation = {name for name in presets.MODELS if name != STEP_FIT_MODEL}
     assert set(tm.held_out(pd.DataFrame({"model": list(presets.MODELS)})).model) == validation
-    from distperf.measure.calibrate import PATH_PROBE
+    from distperf.measure.path_fits import PATH_PROBE
 
     for shape in (PROBE, PATH_PROBE):  # the kernel and parallel-path probes
         probe = (shape["hidden"], shape["heads"], shape["seq"])

@@ -249,7 +249,7 @@ def test_the_parallel_paths_own_costs():
 
 
 def test_path_constants_from_the_probe_times():
-    from distperf.measure.calibrate import PATH_UNITS, path_constants
+    from distperf.measure.path_fits import PATH_UNITS, path_constants
 
     kernels = synthetic_costs(tp_layer_s=1e-4, fsdp_unit_s=1e-4).to_dict()
     fits = {kind: {"all": {"alpha": 1e-4, "beta": 1e9}} for kind in ("all-reduce", "all-gather", "reduce-scatter")}

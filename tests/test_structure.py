@@ -68,6 +68,23 @@ def test_the_cost_model_imports_no_torch():
     assert wrong == []
 
 
+def test_the_chapters_import_no_torch():
+    """What the book's chapters import loads without torch (a reader's build draws everything from tables, the
+    cost model and the analysis; importing torch in each chapter's kernel would cost seconds per chapter)."""
+    import re
+    import subprocess
+    import sys
+
+    chapters = LIB.parents[1] / "chapters"
+    lines = sorted({line for path in chapters.glob("*.md")
+                    for line in re.findall(r"^(?:from distperf\S* import .+|import distperf\S*)$", path.read_text(), re.M)})
+    assert len(lines) > 10
+    code = "\n".join([*lines, "import sys", "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=chapters)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
+
+
 def test_the_parallelisms_are_applied_in_one_place():
     """Tensor parallelism, recomputation, precision and data parallelism are applied to a model part only by
     parallel/parallelize.py; the trainers call it."""

@@ -28,6 +28,8 @@ MESH_ORDERS = ("pp,dp,tp", "dp,pp,tp")  # distperf.parallel.mesh
 MODEL_STATES = ("parameters", "gradients", "optimizer_states")
 MEMORY_CATEGORIES = MODEL_STATES + ("activations",)
 COMMUNICATION_KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
+# what a measured step's time is split into (distperf.measure.breakdown)
+TIME_CLASSES = ("matrix_products", "attention", "other_operators", "optimizer", "communication", "framework")
 DDP_BUCKET_MB = 25  # torch DDP's bucket_cap_mb default (MiB): the default communication block size
 # The largest sizes accepted. Model dimensions up to 2^24 keep every product the cost model forms (layers · hidden² ·
 # seq · batch …) far inside a float's range; 2^20 devices (a million) is beyond any cluster and what the planner

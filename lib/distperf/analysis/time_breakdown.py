@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..measure.breakdown import CLASSES
+from ..config import TIME_CLASSES as CLASSES
 from . import rows
 from . import noise
 from .noise import strategy

@@ -4,7 +4,7 @@ the measurement on the configurations held out of every fit.
 
 - :data:`LADDER`: the cumulative ablation, each step the hardware profile with one more term of
   :mod:`distperf.cost.kernels` switched on; :func:`ablation`: every configuration's signed error at every step;
-- :func:`held_out`: the rows a validation may use (the fit's preset, :data:`distperf.measure.kernels.STEP_FIT_MODEL`,
+- :func:`held_out`: the rows a validation may use (the fit's preset, :data:`distperf.cost.kernels.STEP_FIT_MODEL`,
   left out); :func:`errors`: per configuration the analytical (every term) and profiled signed errors;
 - :func:`goal_table`, :data:`GOALS`: median and largest |error| per mode against the goals declared before the data;
 - :func:`by_strategy`, :func:`draw_ablation`, :func:`by_regime`: the tables and the figure;
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..cost import kernels as kn
-from ..measure.calibrate import PIPE_MICROBATCHES
-from ..measure.kernels import STEP_FIT_MODEL
+from ..cost.kernels import STEP_FIT_MODEL
+from ..measure.path_fits import PIPE_MICROBATCHES
 from ..results import signed_error
 from . import rows, verdicts
 from .noise import strategy
@@ -414,7 +414,7 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :data:`distperf.measure.calibrate.
     PATH_ROUNDS`), and the contention ratios of each round (``conditions.contention_rounds``) — ``constant``, ``unit``, ``rounds``, ``min``, ``median`` and ``max`` over the rounds, and ``profile``,
     the value the profile holds (from the rounds' median times). Empty without rounds."""
-    from ..measure.calibrate import path_constants, pipeline_actions
+    from ..measure.path_fits import path_constants, pipeline_actions
 
     columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
     conditions = (side or {}).get("conditions") or {}

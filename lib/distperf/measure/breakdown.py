@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from ..config import TIME_CLASSES as CLASSES
 from .comm import event_collective
 from .intervals import intersect, length, subtract, union
 
-CLASSES = ("matrix_products", "attention", "other_operators", "optimizer", "communication", "framework")
 MATRIX = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
           "aten::_addmm_activation")
 ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention")

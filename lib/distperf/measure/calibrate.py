@@ -54,6 +54,7 @@ from pathlib import Path
 import torch
 
 from ..cost.collectives import ring_terms  # noqa: F401 (the fits below, and their readers, use it)
+from .path_fits import PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, path_constants, pipeline_actions
 
 SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
 SIZES_QUICK = (128, 256, 512)
@@ -401,8 +402,6 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, seq=64)  # no preset's shape
-PATH_UNITS = 4
 # The contention and path probes are the noisiest measurements of a calibration (a busy two-core machine moves a path
 # probe by ±20 %, the copy's contention between 1.1 and 2.3): a full calibration repeats them and keeps each one's
 # median, with every round in the sidecar (conditions.contention_rounds, conditions.path_rounds).
@@ -464,7 +463,6 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     return out
 
 
-PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the time of a microbatch
 
 
 def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
@@ -522,74 +520,6 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
             together = [timed(alone) for _ in range(reps + 2)]
         medians.append(statistics.median(pipelined[2:]) - statistics.median(together[2:]))
     return slowest((medians[1] - medians[0]) / (PIPE_MICROBATCHES[1] - PIPE_MICROBATCHES[0]), torch.device("cpu"))
-
-
-def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
-    """What the parallel paths cost beyond the kernel time model's other terms, from :func:`parallel_paths`:
-
-    - ``tp_collective_s``: per tensor-parallel collective, DTensor's cost beyond the α-β time of an all-reduce as a
-      step issues it (``fits``), (tp layer − its compute − the one-rank wrapper − 4 all-reduces) / 4, the compute
-      being the kernel model's for the shard scaled by the plain layer's measured time over the model's for it;
-      ``tp_sp_collective_s`` the same with sequence parallelism, over its 4 all-gathers and 4 reduce-scatters;
-    - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
-      1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), at most 1; negative
-      when the path costs more than that α-β time (then it is the excess: the cost model takes (1 − fsdp_overlap)
-      times the α-β time), at least −``FSDP_EXPOSURE_MAX``.
-
-    The pipeline engines' constants need the cost model on the whole profile: :func:`pipeline_actions`."""
-    from ..config import ModelSpec
-    from ..cost import kernels as kn
-    from ..cost.collectives import collective_time
-    from ..cost.parameters import layer_parameters
-
-    costs = kn.KernelCosts.from_dict(kernels)
-    spec = ModelSpec(**PATH_PROBE)
-    message = spec.seq * spec.hidden * 4
-
-    def ring(kind, nbytes):
-        fit = fits[kind]["all"]
-        return collective_time(kind, nbytes, world, fit["alpha"], fit["beta"], "nccl")
-
-    def kernels(t: int, sp: bool) -> float:
-        layer = kn.layer(costs, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, t, sp, True, True, False, "none", False)
-        return sum(sum(pair) for c, pair in layer.items() if c != "framework")
-
-    # the shard's compute: the kernel model's, scaled to the plain layer measured beside it (same probe, same moment)
-    scale = paths["plain_layer_s"] / kernels(1, False) if paths.get("plain_layer_s") else costs.contention_compute
-    compute = kernels(world, False) * scale
-    extra = (paths["tp_layer_s"] - compute - costs.tp_layer_s - 4 * ring("all-reduce", message)) / 4
-    compute = kernels(world, True) * scale
-    collectives = 4 * ring("all-gather", message) + 4 * ring("reduce-scatter", message)  # 2 + 2 each way
-    extra_sp = (paths["tp_sp_layer_s"] - compute - costs.tp_sp_layer_s - collectives) / 8
-    unit = layer_parameters(spec.hidden, spec.ffn) * 4
-    gathers = PATH_UNITS * (2 * ring("all-gather", unit) + ring("reduce-scatter", unit))
-    exposed = paths["fsdp_stack_s"] - paths["plain_stack_s"] - (PATH_UNITS + 1) * costs.fsdp_unit_s
-    return {"tp_collective_s": max(extra, 0.0), "tp_sp_collective_s": max(extra_sp, 0.0),
-            "fsdp_overlap": min(max(1 - exposed / gathers, -kn.FSDP_EXPOSURE_MAX), 1.0)}
-
-
-def pipeline_actions(paths: dict, hw, world: int) -> dict:
-    """``pp_action_s`` and ``twobw_action_s``: what torch's pipelining runtime and the 2BW engine cost per action (a
-    microbatch's forward or backward on a stage) beyond every other term of the cost model: (what the engine adds to a
-    microbatch in the probe, :func:`pipeline_microbatch_time` − what the cost model on ``hw``, without action costs,
-    adds to it beyond compute: its sends and waits) / 2, at least 0."""
-    from dataclasses import replace
-
-    from ..config import Config, Layout, ModelSpec, validate
-    from ..cost import predict
-
-    bare = replace(hw, kernels=replace(hw.kernels, pp_action_s=0.0, twobw_action_s=0.0))
-    spec, (m1, m2) = ModelSpec(**PATH_PROBE), PIPE_MICROBATCHES
-    out = {}
-    for schedule, key, action in (("1f1b", "pp_microbatch_s", "pp_action_s"),
-                                  ("2bw", "twobw_microbatch_s", "twobw_action_s")):
-        beyond = []
-        for m in (m1, m2):
-            t = predict(validate(Config(model=spec, layout=Layout(pp=world, micro_batch=1, microbatches=m,
-                                                                  schedule=schedule))), bare, backend="gloo")["time_s"]
-            beyond.append(t["iteration"] - t["compute"])
-        out[action] = max((paths[key] - (beyond[1] - beyond[0]) / (m2 - m1)) / 2, 0.0)
-    return out
 
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:

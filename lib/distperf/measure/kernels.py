@@ -31,6 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..cost.kernels import STEP_FIT_MODEL
+
 LINEAR_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 LINEAR_SIZES_QUICK = (8, 32, 128, 512)
 ATTENTION_S = (16, 64, 256, 1024)
@@ -239,14 +241,13 @@ def kernel_costs(quick: bool = False, log=print) -> dict:
     return out
 
 
-STEP_FIT_MODEL = "tiny"  # the one preset a constant is fitted on; no validation uses it
 STEP_FIT_BATCHES = (1, 2, 4)
 
 
 def fit_step_overhead(costs: dict, micro_batches=STEP_FIT_BATCHES, steps: int = 12) -> dict:
     """The trainer's fixed Python per step (``step_s``), the one constant the microbenchmarks cannot give: the
     median over ``micro_batches`` of (measured − predicted) step time of the single-device trainer on the
-    :data:`STEP_FIT_MODEL` preset, the prediction from ``costs`` alone; floored at 0. Returns {step_s, rows}."""
+    :data:`distperf.cost.kernels.STEP_FIT_MODEL` preset, the prediction from ``costs`` alone; floored at 0. Returns {step_s, rows}."""
     import statistics
     import time
     from dataclasses import replace
