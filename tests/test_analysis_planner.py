@@ -114,6 +114,9 @@ def test_depths_hits_and_rate_choices_at_the_paper_scale():
     assert analysis.paper_hits(at64) == [("2.2B", "achieved (45 TFLOP/s)", 512)]
     assert analysis.rate_choices(at64, "2bw-gpt-2.2b", 512) == "d = 16 at the peak rate, d = 8 at the achieved rate"
     assert analysis.recompute_first(paper) == "2 of the 5"
+    decided = analysis.decisions(at64.assign(schedule="2bw", w=4))
+    assert decided["same depth"].tolist() == ["no", "yes", "no", "no"]
+    assert decided["paper's d"].tolist() == [8, 8, 16, 16] and decided.d.tolist() == [16, 8, 8, 8]
 
 
 def test_gpipe_fit_counts_pipelines_with_and_without_recomputation():

@@ -133,6 +133,15 @@ def paper_hits(at_paper: pd.DataFrame) -> list[tuple]:
     return [(r.model, r["compute rate"], r["global batch"]) for _, r in at_paper.iterrows() if r.d == r["paper's d"]]
 
 
+def decisions(at_paper: pd.DataFrame) -> pd.DataFrame:
+    """The planner's decision beside the paper's for each case the paper planned: model, rate, batch, the chosen
+    schedule, width and depth, the paper's depth and whether the two depths agree."""
+    out = at_paper[["model", "compute rate", "global batch", "schedule", "w", "d", "paper's d"]].copy()
+    out["paper's d"] = out["paper's d"].astype(int)
+    out["same depth"] = (out.d == out["paper's d"]).map({True: "yes", False: "no"})
+    return out.reset_index(drop=True)
+
+
 def rate_choices(at_paper: pd.DataFrame, model: str, batch: int) -> str:
     """The depth chosen for ``model`` at ``batch`` under each compute rate, in words."""
     depth = at_paper[(at_paper.model == short_name(model)) & (at_paper["global batch"] == batch)]
