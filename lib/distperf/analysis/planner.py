@@ -62,14 +62,14 @@ def short_name(model: str) -> str:
 
 
 def time_plan(model, gpus: int, hw: Hardware, global_batch: int, repeats: int = 3, **options) -> tuple[float, dict]:
-    """The shortest of ``repeats`` wall-clock times of :func:`~distperf.planner.plan` from cold caches (s), and
-    the plan."""
+    """The shortest of ``repeats`` CPU times of :func:`~distperf.planner.plan` from cold caches (s: what the
+    planner costs, whatever else the machine runs — the book's pages execute side by side), and the plan."""
     timings = []
     for _ in range(repeats):
         clear_caches()
-        start = time.perf_counter()
+        start = time.process_time()
         result = plan(model, gpus, hw, global_batch, **options)
-        timings.append(time.perf_counter() - start)
+        timings.append(time.process_time() - start)
     return min(timings), result
 
 
