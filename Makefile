@@ -41,6 +41,9 @@ BOOK_RUNS := $(if $(filter reference,$(FROM)),,$(BUILD_RUNS))
 MEASURE_SRC := $(filter-out lib/distperf/cost/% lib/distperf/analysis/% lib/distperf/published.py lib/distperf/plots.py \
   lib/distperf/book.py,$(shell find lib -name '*.py'))
 INSTALLED := $(VENV)/.installed
+READER_ENV := $(VENV)/.installed-reader
+# what a build needs installed: a reader's build, the lighter environment
+BOOK_ENV := $(if $(filter reference,$(FROM)),$(READER_ENV),$(INSTALLED))
 export PATH := $(abspath $(BIN)):$(PATH)
 export DISTPERF_SCALE := $(SCALE)
 export DISTPERF_FROM := $(FROM)
@@ -64,6 +67,15 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[book,test]'
 	touch $@
 
+# A reader's build needs no torch (the chapters import none): without it the environment installs in a fraction of
+# the time (scripts/reader_requirements.py). Where the full environment is installed, it serves.
+$(READER_ENV): pyproject.toml scripts/reader_requirements.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if [ ! $(INSTALLED) -nt pyproject.toml ]; then \
+	  $(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . && \
+	  $(BIN)/pip install --quiet --disable-pip-version-check $$($(PYTHON) scripts/reader_requirements.py); fi
+	touch $@
+
 data: $(BUILD_RUNS)  ## run the experiment notebooks at SCALE (skips those whose inputs did not change)
 
 # papermill writes as it goes: run into a temporary file and keep it only when the whole notebook ran.
@@ -83,7 +95,7 @@ $(filter-out $(CALIBRATION),$(RUNS)): | $(CALIBRATION)
 # rebuilds every page (Sphinx alone re-reads only the pages whose source changed).
 $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell find lib -name '*.py') \
   $(wildcard chapters/* _ext/*.py _static/* data/published/*) $(shell find data/reference -type f 2>/dev/null) \
-  | $(INSTALLED) chromium
+  | $(BOOK_ENV) chromium
 	stamp=$(BOOK_OUT)/_build/.inputs; \
 	inputs=$$( { echo $(SCALE) $(FROM) $(LONG); cat $$(find data/fresh/$(SCALE) data/reference data/published lib _ext -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.json' -o -name '*.py' \) 2>/dev/null | sort); } | sha256sum); \
 	all=; if [ "$$inputs" != "$$(cat $$stamp 2>/dev/null)" ] || [ ! -d $(FIGURES) ]; then rm -rf $(BOOK_OUT)/_build/.jupyter_cache; all=--all; fi; \

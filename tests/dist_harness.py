@@ -53,7 +53,10 @@ def _child(fn, rank, world_size, port, results, args, env):
 
 
 def spawn(fn, world_size: int, *args, timeout: float = 60.0, env: dict | None = None) -> list:
-    """Results of ``fn(*args)`` on ranks 0…world_size-1, in rank order."""
+    """Results of ``fn(*args)`` on ranks 0…world_size-1, in rank order. ``timeout`` is for a machine that runs one
+    test at a time; under pytest-xdist (make test) each worker shares the cores with the others, and it is stretched
+    by their number."""
+    timeout *= max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     ctx = mp.get_context("fork")
     results = ctx.Queue()
     port = free_port()

@@ -104,7 +104,7 @@ def test_network_like_keeps_the_targets_flop_per_byte():
 
 # --- without privileges (simulated) -------------------------------------------------------------------
 
-def _distperf(*args, env=None, timeout=120):
+def _distperf(*args, env=None, timeout=240):
     """Run the CLI in a fresh process: (completed process with its pid, tag carried by all it starts)."""
     tag = uuid.uuid4().hex
     with subprocess.Popen([PY, "-m", "distperf", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -225,7 +225,7 @@ def test_two_node_all_reduce_over_a_shaped_link_takes_the_alpha_beta_time():
     from distperf.measure.link_bench import measure
 
     spec = parse("nodes=2,ranks_per_node=1,inter=100mbit")
-    rows = measure(spec, [8, 2 << 20], reps=3, timeout=60)
+    rows = measure(spec, [8, 2 << 20], reps=3, timeout=150)
     ar = {r["bytes"]: r["seconds"] for r in rows if r["collective"] == "all-reduce"}
     beta = spec.inter / 8 * (9000 - 52) / 9014
     expected = ar[8] + (2 << 20) / beta

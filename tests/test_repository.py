@@ -161,3 +161,22 @@ def test_the_frameworks_equations_live_in_one_chapter_and_are_cited_from_others(
                 for body, _ in display_equations(path.read_text())
                 if body in {b for b, _ in display_equations(FRAMEWORK.read_text())}]
     assert not restated, f"framework equations restated instead of cited: {restated}"
+
+
+def test_a_readers_environment_is_the_pinned_one_without_torch(tmp_path):
+    import importlib.util
+    import tomllib
+
+    spec = importlib.util.spec_from_file_location("reader_requirements", ROOT / "scripts" / "reader_requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    wanted = module.requirements(ROOT / "pyproject.toml")
+    names = {r.split("==")[0] for r in wanted}
+    assert all("==" in r for r in wanted)
+    assert {"torch", "accelerate"}.isdisjoint(names) and {"jupyter-book", "numpy", "selenium"} <= names
+    book = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["book"]
+    assert {r for r in book if not r.startswith("accelerate")} <= set(wanted)
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["torch==1", "numpy==2"]\n'
+                                             '[project.optional-dependencies]\nbook = ["accelerate==3", "x==4"]\n'
+                                             'test = ["pytest==5", "selenium==6"]\n')
+    assert module.requirements(tmp_path / "pyproject.toml") == ["numpy==2", "x==4", "selenium==6"]

@@ -27,7 +27,7 @@ def _tagged(tag: str) -> list[int]:
     return tagged_processes("TEST_RUN_TAG", tag, strict=True)
 
 
-def distperf(*args, env=None, timeout=120):
+def distperf(*args, env=None, timeout=240):
     """Run the CLI in a fresh process; returns (completed process, tag carried by every process it starts)."""
     tag = uuid.uuid4().hex
     proc = subprocess.run([PY, "-m", "distperf", *args], capture_output=True, text=True, timeout=timeout,

@@ -207,7 +207,7 @@ def _run_scenario(rank, out_dir, name, d, stage, replica, group, dp_group, m, ba
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("twobw")
-    codes = spawn(_runtime_worker, 4, (str(out / "store"), str(out)), timeout=100)  # under pytest-timeout (120 s)
+    codes = spawn(_runtime_worker, 4, (str(out / "store"), str(out)), timeout=240)  # under pytest-timeout (300 s)
     errors = "".join(p.read_text() for p in out.glob("error_rank*.txt"))
     assert codes == [0] * 4, f"exit codes {codes}\n{errors}"
     return {f.stem: torch.load(f) for f in out.glob("*_r*_s*.pt")}
@@ -352,7 +352,7 @@ def _failing_peer_worker(rank, world, store, out_dir, mode):
 @pytest.mark.parametrize("mode", ["dies", "hangs"])
 def test_a_failing_peer_makes_step_raise(tmp_path, mode):
     codes = spawn(_failing_peer_worker, 2, (str(tmp_path / "store"), str(tmp_path), mode),
-                  wait_for=[0], timeout=60)
+                  wait_for=[0], timeout=120)
     assert codes[0] == 0, "stage 0 did not finish: it hung or crashed"
     outcome = (tmp_path / "outcome.txt").read_text()
     assert outcome.startswith("raised") and "2BW stage 0" in outcome, outcome
