@@ -115,7 +115,7 @@ test: $(INSTALLED) chromium  ## pytest, then the smoke build of the book and its
 	$(MAKE) -j$(JOBS) data SCALE=smoke  # the smoke study checks that the notebooks run, not what they measure
 	$(MAKE) book SCALE=smoke
 	$(MAKE) browser-check SCALE=smoke
-	$(MAKE) book FROM=reference
+	PYTHONPATH=$(abspath tests/without_torch) $(MAKE) book FROM=reference  # as a reader's environment: no torch
 	$(MAKE) browser-check FROM=reference
 
 chromium:  ## headless Chromium and its driver (the PDF, the browser check), poppler's tools (its check)

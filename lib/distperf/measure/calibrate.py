@@ -55,6 +55,7 @@ import torch
 
 from ..cost.collectives import ring_terms  # noqa: F401 (the fits below, and their readers, use it)
 from .path_fits import PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, path_constants, pipeline_actions
+from .profiles import sidecar_path
 
 SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
 SIZES_QUICK = (128, 256, 512)
@@ -672,11 +673,6 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
                                            "step_fit, on the tiny preset"}}
     return hw, sidecar
-
-
-def sidecar_path(profile: Path) -> Path:
-    profile = Path(profile)
-    return profile.with_name(profile.stem + ".calibration.json")
 
 
 def write(hw, sidecar: dict, profile: Path) -> Path:

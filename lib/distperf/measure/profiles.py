@@ -26,10 +26,14 @@ from ..config import Config
 SPEC_FIELDS = ("hidden", "heads", "ffn", "vocab", "seq", "dropout", "arch")
 
 
-def read_sidecar(profile: Path) -> dict | None:
-    """The calibration's measurements next to a profile (:func:`distperf.measure.calibrate.sidecar_path`), or None."""
-    from .calibrate import sidecar_path
+def sidecar_path(profile: Path) -> Path:
+    """Where the calibration keeps its measurements beside a profile: ``<profile stem>.calibration.json``."""
+    profile = Path(profile)
+    return profile.with_name(profile.stem + ".calibration.json")
 
+
+def read_sidecar(profile: Path) -> dict | None:
+    """The calibration's measurements next to a profile (:func:`sidecar_path`), or None."""
     path = sidecar_path(profile)
     try:
         return json.loads(path.read_text())
@@ -157,8 +161,6 @@ def calibrate_once(profile: Path, flags: list[str], device: str = "cpu", timeout
     for a full calibration. Returns the calibration's sidecar (its measurements)."""
     import subprocess
     import sys
-
-    from .calibrate import sidecar_path
 
     side = read_sidecar(profile)
     if side is None or (side["quick"] and "--quick" not in flags):
