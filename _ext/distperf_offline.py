@@ -13,7 +13,7 @@ every build and read after all others.
 
 Pages are read (and executed) in parallel, one process per CPU (``DISTPERF_BOOK_JOBS`` overrides; 1 reads serially):
 the Jupyter Book 1.x command line has no ``-j``. Three extensions do not declare whether they are safe for parallel
-reading, which makes Sphinx read serially with a warning; both act only outside the reading of pages
+reading, which makes Sphinx read serially with a warning; none keeps in the environment anything from reading a page
 (``UNDECLARED_BUT_SAFE``), so they are declared safe here. In a parallel read the root page is taken out of the list
 and read on its own once every other page's process has finished.
 """

@@ -464,8 +464,6 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     return out
 
 
-
-
 def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
     """Seconds the trainer's engine for ``schedule`` (torch's pipelining runtime, or the 2BW engine) adds to one more
     microbatch of :data:`PATH_PROBE` pipelined over the ``world`` ranks (one stage each, microbatch 1), beyond the
