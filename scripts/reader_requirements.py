@@ -26,4 +26,5 @@ def _name(requirement: str) -> str:
 
 
 if __name__ == "__main__":
-    print(" ".join(requirements(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parents[1] / "pyproject.toml")))
+    pyproject = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parents[1] / "pyproject.toml"
+    print(" ".join(requirements(pyproject)))

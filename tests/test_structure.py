@@ -76,8 +76,8 @@ def test_the_chapters_import_no_torch():
     import sys
 
     chapters = LIB.parents[1] / "chapters"
-    lines = sorted({line for path in chapters.glob("*.md")
-                    for line in re.findall(r"^(?:from distperf\S* import .+|import distperf\S*)$", path.read_text(), re.M)})
+    statement = re.compile(r"^(?:from distperf\S* import .+|import distperf\S*)$", re.M)
+    lines = sorted({line for path in chapters.glob("*.md") for line in statement.findall(path.read_text())})
     assert len(lines) > 10
     code = "\n".join([*lines, "import sys", "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=chapters)

@@ -247,7 +247,8 @@ STEP_FIT_BATCHES = (1, 2, 4)
 def fit_step_overhead(costs: dict, micro_batches=STEP_FIT_BATCHES, steps: int = 12) -> dict:
     """The trainer's fixed Python per step (``step_s``), the one constant the microbenchmarks cannot give: the
     median over ``micro_batches`` of (measured − predicted) step time of the single-device trainer on the
-    :data:`distperf.cost.kernels.STEP_FIT_MODEL` preset, the prediction from ``costs`` alone; floored at 0. Returns {step_s, rows}."""
+    :data:`distperf.cost.kernels.STEP_FIT_MODEL` preset, the prediction from ``costs`` alone; floored at 0.
+    Returns {step_s, rows}."""
     import statistics
     import time
     from dataclasses import replace

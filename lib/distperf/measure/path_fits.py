@@ -12,7 +12,8 @@ PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the 
 
 
 def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
-    """What the parallel paths cost beyond the kernel time model's other terms, from :func:`distperf.measure.calibrate.parallel_paths`:
+    """What the parallel paths cost beyond the kernel time model's other terms, from
+    :func:`distperf.measure.calibrate.parallel_paths`:
 
     - ``tp_collective_s``: per tensor-parallel collective, DTensor's cost beyond the α-β time of an all-reduce as a
       step issues it (``fits``), (tp layer − its compute − the one-rank wrapper − 4 all-reduces) / 4, the compute
@@ -58,8 +59,8 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
 def pipeline_actions(paths: dict, hw, world: int) -> dict:
     """``pp_action_s`` and ``twobw_action_s``: what torch's pipelining runtime and the 2BW engine cost per action (a
     microbatch's forward or backward on a stage) beyond every other term of the cost model: (what the engine adds to a
-    microbatch in the probe, :func:`distperf.measure.calibrate.pipeline_microbatch_time` − what the cost model on ``hw``, without action costs,
-    adds to it beyond compute: its sends and waits) / 2, at least 0."""
+    microbatch in the probe, :func:`distperf.measure.calibrate.pipeline_microbatch_time` − what the cost model on
+    ``hw``, without action costs, adds to it beyond compute: its sends and waits) / 2, at least 0."""
     from dataclasses import replace
 
     from ..config import Config, Layout, ModelSpec, validate
