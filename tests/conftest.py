@@ -1,6 +1,8 @@
 """Fixtures shared by the test files."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from distperf import published
@@ -26,3 +28,32 @@ def fake_published(monkeypatch):
     def use(rows):
         monkeypatch.setattr(published, "rows", lambda: tuple(rows))
     return use
+
+
+QUICK_CALIBRATION = ["--quick", "--threads", "1", "--ranks", "2", "--models", "tiny"]
+
+
+@pytest.fixture(scope="session")
+def quick_profile(tmp_path_factory, worker_id):
+    """One quick calibration of this machine (``calibrate`` with :data:`QUICK_CALIBRATION`: the tiny preset, two
+    ranks, one thread), made once per test session and shared by the tests that need a measured profile: under
+    pytest-xdist the workers share it through a lock, the first to need it measures it (about a minute).
+    Returns (profile path, the calibration's CompletedProcess); a test asserts the exit status it needs."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if worker_id != "master" else root  # the workers' temporary folders share a parent
+    profile, log = root / "quick-profile" / "hw.json", root / "quick-profile" / "calibrate.json"
+    profile.parent.mkdir(exist_ok=True)
+    with open(root / "quick-profile.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not log.exists():
+            proc = subprocess.run([sys.executable, "-m", "distperf", "calibrate", *QUICK_CALIBRATION, "--out",
+                                   str(profile)], capture_output=True, text=True, timeout=250,
+                                  env={**os.environ, "OMP_NUM_THREADS": "1"})
+            log.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout,
+                                       "stderr": proc.stderr}))
+    return profile, subprocess.CompletedProcess(**json.loads(log.read_text()))

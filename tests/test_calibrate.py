@@ -3,10 +3,6 @@ profile the hardware loader and `predict --hardware FILE` accept."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +10,6 @@ from distperf.cli import main as cli
 from distperf.hardware import load_profile
 from distperf.measure.calibrate import fit_alpha_beta, fit_collectives, ring_terms, sidecar_path
 from distperf.measure.kernels import LINEAR_SIZES_QUICK
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("collective", ["all-reduce", "all-gather", "reduce-scatter", "send"])
@@ -38,14 +32,12 @@ def test_fit_keeps_alpha_positive_when_the_intercept_is_not():
     assert fit["alpha"] > 0 and fit["beta"] > 0 and "alpha" in fit["note"]
 
 
-def test_quick_calibration_writes_a_profile_that_predict_reads(tmp_path, capsys):
-    out = tmp_path / "hw.json"
-    proc = subprocess.run([sys.executable, "-m", "distperf", "calibrate", "--quick", "--ranks", "2", "--models", "tiny",
-                           "--out", str(out)], capture_output=True, text=True, timeout=250, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
+def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, capsys):
+    out, proc = quick_profile  # conftest: calibrate --quick --threads 1 --ranks 2 --models tiny, once per session
     assert proc.returncode == 0, proc.stderr
     hw = load_profile(out)
     side = json.loads(sidecar_path(out).read_text())
+    assert side["threads"] == 1 and side["quick"] is True
     # the profile is made of the sidecar's measurements
     assert hw.flops_fp32 == max(r["flops_per_s"] for r in side["gemm"] if r["dtype"] == "float32")
     fit = side["fits"]["all-reduce"]["all"]

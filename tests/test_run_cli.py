@@ -57,6 +57,20 @@ def test_bad_layout_is_refused_before_any_process_starts(argv, field, monkeypatc
     assert err.startswith(f"distperf run: error: {field}:") and "\n" not in err
 
 
+def test_the_process_that_launches_the_ranks_imports_no_torch():
+    """Only the ranks and torch's launcher import torch (seconds of every launch); ``run`` itself needs none."""
+    code = ("import json, sys\n"
+            "from distperf import cli\n"
+            "from distperf.commands import run\n"
+            "run.launch = lambda *a, **k: {'options': {'device': 'cpu'}}\n"
+            "status = cli.main(['run', '--model', 'tiny', '--dp', '2', '--pp', '2', '--microbatches', '2', "
+            "'--hardware', 'none', '--json'])\n"
+            "print(json.dumps({'status': status, 'torch': 'torch' in sys.modules}))\n")
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"status": 0, "torch": False}
+
+
 def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run(tmp_path):
     import torch
 
@@ -98,7 +112,7 @@ def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run
 
 def test_time_balanced_pipeline_run():
     proc, _ = distperf("run", *TINY, "--layers", "4", "--pp", "2", "--schedule", "gpipe", "--partition", "time",
-                       "--data", "text", "--json")
+                       "--data", "text", "--hardware", "none", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     parts = result["config"]["layout"]["partition"]

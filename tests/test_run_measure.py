@@ -94,14 +94,11 @@ def _relative(predicted, measured):
     return (predicted - measured) / measured
 
 
-def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(tmp_path):
+def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(quick_profile):
     from distperf.hardware import load_profile
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    profile = tmp_path / "hw.json"
-    cal = subprocess.run([sys.executable, "-m", "distperf", "calibrate", "--quick", "--threads", "1", "--ranks", "2",
-                          "--models", "tiny", "--micro-batches", "2", "--out", str(profile)],
-                         capture_output=True, text=True, timeout=120, env=env)
+    profile, cal = quick_profile  # conftest: calibrate --quick at one thread, the threads of the run below
     assert cal.returncode == 0, cal.stderr[-2000:]
     proc = subprocess.run([sys.executable, "-m", "distperf", "run", "--model", "tiny", "--device", "cpu", "--steps", "2",
                            "--dp", "2", "--micro-batch", "2", "--hardware", str(profile), "--json"],
@@ -160,6 +157,35 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(tm
     exposed = r["communication"]["exposed_s"]["total"]
     t = pred["time_s"]
     assert err["exposed_s"]["analytical"] == pytest.approx(_relative(t["communication_exposed"] + t["bubble"], exposed))
+
+
+def test_auto_hardware_reads_this_machines_profile_at_the_ranks_threads_else_calibrates_now(quick_profile, tmp_path,
+                                                                                           monkeypatch):
+    import shutil
+
+    from distperf.measure import calibrate, profiles
+
+    profile, cal = quick_profile
+    assert cal.returncode == 0, cal.stderr[-2000:]
+    calls = []
+
+    def calibrate_now(**kwargs):
+        calls.append(kwargs)
+        return "measured now", {"threads": kwargs["threads"], "collectives": []}
+
+    here = tmp_path / "hardware.json"
+    monkeypatch.setattr(calibrate, "calibrate", calibrate_now)
+    monkeypatch.setattr(profiles, "auto_profiles", lambda threads: [here])
+    tiny = presets.model("tiny")
+    hw, _, source = profiles.choose_hardware("auto", 1, 4, "cpu", tiny, 2)  # no profile of this machine
+    assert hw == "measured now" and source["kind"] == "quick calibration" and source["threads"] == 1
+    assert calls[0]["quick"] and calls[0]["ranks"] == 4 and calls[0]["micro_batches"] == (2,)
+    shutil.copy(profile, here)
+    shutil.copy(calibrate.sidecar_path(profile), calibrate.sidecar_path(here))
+    hw, side, source = profiles.choose_hardware("auto", 1, 2, "cpu", tiny, 2)  # one at the ranks' thread count
+    assert source["kind"] == "profile" and source["path"] == str(here) and side["threads"] == 1 and len(calls) == 1
+    profiles.choose_hardware("auto", 2, 2, "cpu", tiny, 2)  # not at two threads: calibrated now
+    assert len(calls) == 2 and calls[1]["threads"] == 2
 
 
 def test_a_bad_hardware_is_refused_before_any_process_starts(monkeypatch, capsys):

@@ -313,7 +313,7 @@ def test_a_memory_limit_gives_oom_rows_from_a_real_allocation_failure_and_from_s
         timeout: 150
         repeats: 1
         memory_limit: 3GiB
-        base: {model: tiny, dp: 2, steps: 2, device: cpu}
+        base: {model: tiny, dp: 2, steps: 2, device: cpu, hardware: none}
         grid:
           hidden: [64, 4096]
           env.DISTPERF_FAULT: ["", "kill:1:1"]

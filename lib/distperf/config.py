@@ -151,6 +151,12 @@ class Config:
         return replace(self, **sections)
 
 
+def needs_distributed(cfg: Config) -> bool:
+    """Whether the layout needs torch.distributed (the single-device reference does not)."""
+    lay = cfg.layout
+    return lay.world_size > 1 or lay.zero > 0
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """What a run needs besides the configuration (``python -m distperf run``'s run flags)."""

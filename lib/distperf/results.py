@@ -198,11 +198,14 @@ def provenance(device: str) -> dict:
 
 
 def resolve_device(device: str) -> str:
-    """'auto' → 'cuda' when a GPU is visible, else 'cpu'; 'cuda' without a GPU is an error."""
-    import torch
-
+    """'auto' → 'cuda' when a GPU is visible, else 'cpu'; 'cuda' without a GPU is an error. 'cpu' imports no torch
+    (a launching process never needs it)."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device: must be auto, cpu or cuda, got {device!r}")
+    if device == "cpu":
+        return device
+    import torch
+
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():

@@ -41,7 +41,7 @@ import traceback
 from dataclasses import replace
 
 from . import atomic
-from .config import Config, ConfigError, RunOptions
+from .config import Config, ConfigError, RunOptions, needs_distributed
 from .flags import add_config_arguments, add_run_arguments, config_and_policy, options_from_args
 
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.batch:
         return run_batch(a.batch, a.out_dir or ".")
     try:
-        from .parallel.loop import needs_distributed, run_training
+        from .parallel.loop import run_training
         from .parallel.mesh import init_distributed
         from .parallel.rules import check_run
 
@@ -144,7 +144,7 @@ def run_batch(spec_path: str, out_dir: str) -> int:
     """Run the configurations of a batch file one after another in this process group (see the module
     docstring); rank 0 writes each result as it is done. A failure ends the process at once."""
     from .launch import available_cores
-    from .parallel.loop import needs_distributed, run_training
+    from .parallel.loop import run_training
     from .parallel.mesh import init_distributed
     from .parallel.rules import check_run
 

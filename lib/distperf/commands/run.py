@@ -55,18 +55,18 @@ def main(args: argparse.Namespace) -> int:
     check_choice(args.hardware)
     if args.parameters_out and not os.path.isdir(os.path.dirname(os.path.abspath(args.parameters_out))):
         raise ConfigError("parameters-out", f"its directory must exist, got {args.parameters_out!r}")
-    device = resolve_device(opts.device)
     if policy == "time":
         from ..parallel.partition import resolve
 
-        cfg = resolve(cfg, "time", device)
-    from ..measure.profiles import flops_here
+        cfg = resolve(cfg, "time", resolve_device(opts.device))
+    from ..config import needs_distributed
     from ..emulation.topology import SetupError
-    from ..parallel.loop import needs_distributed
+    from ..measure.profiles import flops_here
 
     world = cfg.layout.world_size
     network, network_info = network_from_args(args, world, lambda: flops_here(args.hardware, threads_per_rank(world)))
-    if network and device == "cuda":
+    # the device is resolved by the ranks: this process imports torch only where it must decide now
+    if network and resolve_device(opts.device) == "cuda":
         raise ConfigError("network", "shapes the links of CPU ranks (gloo); NCCL between GPUs of one machine "
                                      "would bypass them (shared memory, NVLink): use --device cpu")
     # a polite stop (SIGTERM) unwinds like Ctrl-C: the launch's own clean-up stops every rank it started

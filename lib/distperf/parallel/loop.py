@@ -34,17 +34,11 @@ import torch
 import torch.distributed as dist
 
 from .. import atomic
-from ..config import Config, RunOptions
+from ..config import Config, RunOptions, needs_distributed
 from ..tokens import make_source
 from .common import Trainer
 from .mesh import build_mesh, init_distributed, rank_device
 from .rules import parse_fault
-
-
-def needs_distributed(cfg: Config) -> bool:
-    """Whether the layout needs torch.distributed (the single-device reference does not)."""
-    lay = cfg.layout
-    return lay.world_size > 1 or lay.zero > 0
 
 
 def build_trainer(cfg: Config, opts: RunOptions, device: torch.device) -> Trainer:

@@ -53,7 +53,7 @@ class Job:
     @property
     def group(self) -> tuple:
         """What the configurations of one launch share."""
-        from ..parallel.loop import needs_distributed
+        from ..config import needs_distributed
 
         process_group = needs_distributed(self.config) or self.network is not None
         return (self.repeat, self.config.layout.world_size, process_group, tuple(sorted(self.cfg.env.items())),
