@@ -127,6 +127,33 @@ def test_without_privileges_run_and_calibrate_say_so_in_one_line(tmp_path):
     assert not (tmp_path / "hw.json").exists()
 
 
+def test_a_machine_from_profile_is_refused_without_a_network_or_when_unreadable(tmp_path, capsys):
+    link = ["--network", "nodes=2,ranks_per_node=1,inter=100mbit"]
+    for argv in (["--machine-from", str(tmp_path / "missing.json")],  # no network: nothing to measure
+                 ["--machine-from", str(tmp_path / "missing.json"), *link]):
+        assert cli.main(["calibrate", "--quick", "--out", str(tmp_path / "hw.json"), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("distperf calibrate: error: machine_from: ") and "\n" not in err
+    assert not (tmp_path / "hw.json").exists()
+
+
+def test_a_link_calibration_keeps_the_machine_measurements_of_the_profile_it_is_given(quick_profile):
+    from distperf.commands.calibrate import _machine_from
+    from distperf.hardware import load_profile
+    from distperf.measure.profiles import read_sidecar
+
+    profile, cal = quick_profile
+    assert cal.returncode == 0, cal.stderr[-2000:]
+    hw, side = _machine_from(str(profile), "cpu")
+    earlier = read_sidecar(profile)
+    assert hw == load_profile(profile)
+    assert {k: v for k, v in side.items() if k not in ("provenance", "machine_from")} == {
+        k: v for k, v in earlier.items() if k != "provenance"}
+    assert side["machine_from"] == {"path": str(profile.resolve()), "provenance": earlier["provenance"],
+                                    "seconds": earlier["seconds"]}
+    assert side["provenance"]["date"] >= earlier["provenance"]["date"]  # the links are measured now
+
+
 def test_without_privileges_run_network_like_prints_the_derived_rate_first():
     run, _ = _distperf("run", *TINY, "--dp", "2", "--network", "nodes=2,ranks_per_node=1", "--network-like",
                        "V100-16GB", env={topology.UNPRIVILEGED_HOOK: "1"})

@@ -80,7 +80,8 @@ def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run
     def run(name, *layout):
         path = tmp_path / f"{name}.pt"
         # SGD: Adam's division by √v magnifies round-off in near-zero gradients
-        proc, _ = distperf("run", *TINY, *layout, "--optimizer", "sgd", "--lr", "0.2", "--hardware", "none", "--json",
+        proc, _ = distperf("run", *TINY, *layout, "--optimizer", "sgd", "--lr", "0.2", "--hardware", "none",
+                           "--no-measure", "--json",
                            "--parameters-out", str(path))
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout), torch.load(path)
@@ -112,7 +113,7 @@ def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run
 
 def test_time_balanced_pipeline_run():
     proc, _ = distperf("run", *TINY, "--layers", "4", "--pp", "2", "--schedule", "gpipe", "--partition", "time",
-                       "--data", "text", "--hardware", "none", "--json")
+                       "--data", "text", "--hardware", "none", "--no-measure", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     parts = result["config"]["layout"]["partition"]
@@ -140,7 +141,7 @@ def test_entry_point_starts_directly_under_torchrun(tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "distperf.train", *TINY, "--layers", "4", "--pp", "2", "--schedule", "1f1b",
-                           "--partition", "params", "--out", str(out)],
+                           "--partition", "params", "--no-measure", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -153,7 +154,7 @@ def test_entry_point_starts_directly_under_accelerate_launch(tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run([PY, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                           "-m", "distperf.train", *TINY, "--dp", "2", "--out", str(out)],
+                           "-m", "distperf.train", *TINY, "--dp", "2", "--no-measure", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())

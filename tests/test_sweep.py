@@ -306,26 +306,26 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("resource") is None, reason="needs setrlimit")
 def test_a_memory_limit_gives_oom_rows_from_a_real_allocation_failure_and_from_sigkill(tmp_path):
     """Each process of a configuration limited to 3 GiB of address space: the tiny model trains; a model whose
-    parameters alone need 6 GiB (hidden 4096, 8 layers: 12·4096²·8 ≈ 1.6 G float32)
-    fails in torch's CPU allocator; a rank killed by SIGKILL, as the out-of-memory killer does, is oom too."""
+    first weight alone needs 3 GiB (hidden 16384: the attention's QKV projection, 16384 × 49152 float32) fails
+    in torch's CPU allocator at once; a rank killed by SIGKILL, as the out-of-memory killer does, is oom too."""
     path = _experiment(tmp_path, """
         name: memory
         timeout: 150
         repeats: 1
         memory_limit: 3GiB
-        base: {model: tiny, dp: 2, steps: 2, device: cpu, hardware: none}
+        base: {model: tiny, dp: 2, steps: 2, device: cpu, hardware: none, no-measure: true}
         grid:
-          hidden: [64, 4096]
+          hidden: [64, 16384]
           env.DISTPERF_FAULT: ["", "kill:1:1"]
         exclude:
-          - {hidden: 4096, env.DISTPERF_FAULT: "kill:1:1"}
+          - {hidden: 16384, env.DISTPERF_FAULT: "kill:1:1"}
         """)
     out = tmp_path / "memory.csv"
     proc = _sweep(path, "--out", out, timeout=280)  # each configuration's limit leaves room for a busy machine
     assert proc.returncode == 1, proc.stderr
     table = pd.read_csv(out, keep_default_na=False)
     assert [(h, f) for h, f in zip(table["arg.hidden"], table["env.DISTPERF_FAULT"])] == [
-        (64, ""), (64, "kill:1:1"), (4096, "")]
+        (64, ""), (64, "kill:1:1"), (16384, "")]
     assert list(table["status"]) == ["ok", "oom", "oom"], table["message"].tolist()
     assert "rank 1 was killed by signal 9" in table["message"][1]
     assert "can't allocate memory" in table["message"][2] and "killed by SIGKILL" not in table["message"][2]

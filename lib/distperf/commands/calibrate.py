@@ -11,11 +11,14 @@ all-reduce and send/recv across (and inside) the nodes of an emulated cluster
 (:mod:`distperf.measure.link_bench`): the profile's ``inter_*`` (and with R > 1 ``intra_*``) come from
 those links, ``devices_per_node`` = R, and the sidecar's ``network`` holds the fits and a table of
 measured bandwidth against the set rate. Without root: one line and status 2, before measuring anything.
+``--machine-from PROFILE`` takes everything but the links from an earlier calibration of this machine (its profile
+and sidecar) instead of measuring it again.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 
@@ -35,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..emulation.options import add_network_arguments
 
     add_network_arguments(p)
+    p.add_argument("--machine-from", default=None, metavar="PROFILE",
+                   help="with --network: take this machine's measurements from PROFILE (a profile calibrate wrote, "
+                        "with its sidecar) and measure only the emulated links")
 
 
 def _ints(name: str, text: str) -> tuple[int, ...]:
@@ -80,17 +86,25 @@ def main(args: argparse.Namespace) -> int:
     from ..emulation.topology import SetupError, check_privileges
 
     network, network_info = network_from_args(args, None, lambda: flops_here(None, args.threads))
+    if args.machine_from is not None and not network:
+        raise ConfigError("machine_from", "only with --network: it keeps a profile's machine measurements and "
+                                          "measures the emulated links")
+    machine = _machine_from(args.machine_from, args.device) if args.machine_from is not None else None
     if network:
         check_privileges()  # before the calibration's minutes; NotPrivileged ends in one line (cli)
 
     from ..measure.calibrate import calibrate, write
 
     log = lambda msg: print(f"calibrate: {msg}", file=sys.stderr)  # noqa: E731
+    start = time.monotonic()
     try:
-        hw, sidecar = calibrate(quick=args.quick, models=models, micro_batches=micro_batches, ranks=args.ranks,
-                                threads=args.threads, device=args.device, timeout=args.timeout, log=log)
+        hw, sidecar = machine or calibrate(quick=args.quick, models=models, micro_batches=micro_batches,
+                                           ranks=args.ranks, threads=args.threads, device=args.device,
+                                           timeout=args.timeout, log=log)
         if network:
             hw, sidecar["network"] = _links(hw, network, network_info, args, log)
+        if machine:
+            sidecar["seconds"] = round(time.monotonic() - start, 2)  # the links' (the machine's: machine_from)
     except (TimeoutError, LaunchError, SetupError) as e:
         print(f"distperf calibrate: error: {e}", file=sys.stderr)
         return 1
@@ -98,6 +112,26 @@ def main(args: argparse.Namespace) -> int:
     print(summary(hw, sidecar))
     print(f"profile: {out}\nmeasurements: {side}")
     return 0
+
+
+def _machine_from(path: str, device: str):
+    """(profile, sidecar) of an earlier calibration of this machine, for a ``--network`` calibration that measures
+    only the links: the sidecar keeps its measurements, under this calibration's provenance, with the earlier one's
+    in ``machine_from``. ConfigError('machine_from', …) when the profile or its sidecar cannot be read."""
+    from ..config import ConfigError
+    from ..hardware import load_profile
+    from ..measure.profiles import read_sidecar
+    from ..results import provenance
+
+    try:
+        hw = load_profile(path)
+    except ConfigError as e:
+        raise ConfigError("machine_from", str(e).split(": ", 1)[-1]) from None
+    side = read_sidecar(Path(path))
+    if side is None:
+        raise ConfigError("machine_from", f"{path}: no calibration sidecar next to it (calibrate writes one)")
+    earlier = {"path": str(Path(path).resolve()), "provenance": side.get("provenance"), "seconds": side.get("seconds")}
+    return hw, {**side, "provenance": provenance(device), "machine_from": earlier}
 
 
 def _links(hw, network, info: dict, args, log):

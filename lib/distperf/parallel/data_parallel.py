@@ -16,13 +16,13 @@ TP natively (2-D mesh).
 """
 from __future__ import annotations
 
+import sys
 from contextlib import nullcontext
 
 import torch
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
 from torch.nn.parallel import DistributedDataParallel
@@ -55,6 +55,8 @@ def data_parallel_optimizer(params, cfg: Config, dp_mesh: DeviceMesh, lr: float)
     """ZeRO-1: ``ZeroRedundancyOptimizer`` over the dp group; otherwise the plain optimizer."""
     params = list(params)
     if cfg.layout.zero == 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer  # imports torch._dynamo: a second per rank
+
         cls, kwargs = optimizer_class(cfg.training)
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=dp_mesh.get_group(), lr=lr,
                                        **kwargs)
@@ -63,7 +65,8 @@ def data_parallel_optimizer(params, cfg: Config, dp_mesh: DeviceMesh, lr: float)
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
     """The local optimizer state (ZeRO-1 keeps it in its inner optimizer)."""
-    return optimizer.optim.state if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer.state
+    zero = sys.modules.get("torch.distributed.optim")  # not imported: no ZeroRedundancyOptimizer exists
+    return optimizer.optim.state if zero and isinstance(optimizer, zero.ZeroRedundancyOptimizer) else optimizer.state
 
 
 def gradient_sync(module: nn.Module, sync: bool):
