@@ -54,7 +54,7 @@ export DISTPERF_BOOK_JOBS := $(JOBS)
 FIGURES := $(BOOK_OUT)/_build/figures
 export DISTPERF_FIGURES := $(abspath $(FIGURES))
 
-.PHONY: book data test venv clean chromium browser-check gpu-reference convergence-reference reference reference-verdicts \
+.PHONY: book data test smoke-check reader-check venv clean chromium browser-check gpu-reference convergence-reference reference reference-verdicts \
   reference-needs-every-study
 .DELETE_ON_ERROR:
 
@@ -76,7 +76,8 @@ $(READER_ENV): pyproject.toml scripts/reader_requirements.py
 	  $(BIN)/pip install --quiet --disable-pip-version-check $$($(PYTHON) scripts/reader_requirements.py); fi
 	touch $@
 
-data: $(BUILD_RUNS)  ## run the experiment notebooks at SCALE (skips those whose inputs did not change)
+# the long studies first: notebooks that run side by side (make test's smoke study) then end close together
+data: $(filter $(LONG_RUNS),$(BUILD_RUNS)) $(filter-out $(LONG_RUNS),$(BUILD_RUNS))  ## run the experiment notebooks at SCALE (skips those whose inputs did not change)
 
 # papermill writes as it goes: run into a temporary file and keep it only when the whole notebook ran.
 $(EXECUTED)/%.ipynb: notebooks/%.ipynb $(MEASURE_SRC) | $(INSTALLED)
@@ -110,12 +111,19 @@ $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell fin
 	cp $(BOOK_OUT)/_build/jupyter_execute/chapters/*.ipynb $(HTML)/notebooks/chapters/; \
 	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
-test: $(INSTALLED) chromium  ## pytest, then the smoke build of the book and its check in a browser
+test: $(INSTALLED) chromium  ## pytest, then the smoke study with its book, beside a reader's build, each checked in a browser
 	$(BIN)/pytest -q -n $(JOBS) --dist loadfile --durations=25  # the slowest tests, printed: where the time goes
-	$(MAKE) -j$(JOBS) data SCALE=smoke  # the smoke study checks that the notebooks run, not what they measure
+	$(MAKE) -j2 --output-sync=line smoke-check reader-check  # side by side: a book's writing, PDF and browser are serial
+
+# The smoke study checks that the notebooks run, not what they measure: JOBS of them at a time.
+smoke-check: $(INSTALLED) chromium
+	$(MAKE) -j$(JOBS) data SCALE=smoke
 	$(MAKE) book SCALE=smoke
 	$(MAKE) browser-check SCALE=smoke
-	PYTHONPATH=$(abspath tests/without_torch) $(MAKE) book FROM=reference  # as a reader's environment: no torch
+
+# A reader's build as a reader's environment has it: a torch that cannot be imported comes first on the path.
+reader-check: $(INSTALLED) chromium
+	PYTHONPATH=$(abspath tests/without_torch) $(MAKE) book FROM=reference
 	$(MAKE) browser-check FROM=reference
 
 chromium:  ## headless Chromium and its driver (the PDF, the browser check), poppler's tools (its check)
@@ -124,9 +132,10 @@ chromium:  ## headless Chromium and its driver (the PDF, the browser check), pop
 	  poppler-utils; }
 
 # Every page of the built book in headless Chromium: images, internal links, JavaScript errors, search;
-# screenshots of the landing page and one chapter (light and dark) go to _build/artifacts/screenshots.
+# screenshots of the landing page and one chapter (light and dark) go to the book's _build/artifacts/screenshots.
 browser-check: $(HTML)/index.html chromium | $(INSTALLED)
-	DISTPERF_BOOK_HTML=$(abspath $(HTML)) $(BIN)/pytest -q tests/test_browser.py
+	DISTPERF_BOOK_HTML=$(abspath $(HTML)) DISTPERF_ARTIFACTS=$(abspath $(BOOK_OUT)/_build/artifacts) \
+	  $(BIN)/pytest -q tests/test_browser.py
 
 # On a machine with a CUDA device: measure what the GPU adds (at most ~9 minutes) and write commit-ready
 # reference data to data/reference/<gpu>/ (scripts/gpu_reference.py says what and why).
