@@ -15,7 +15,9 @@ Pages are read (and executed) in parallel, one process per CPU (``DISTPERF_BOOK_
 the Jupyter Book 1.x command line has no ``-j``. Three extensions do not declare whether they are safe for parallel
 reading, which makes Sphinx read serially with a warning; none keeps in the environment anything from reading a page
 (``UNDECLARED_BUT_SAFE``), so they are declared safe here. In a parallel read the root page is taken out of the list
-and read on its own once every other page's process has finished.
+and read on its own once every other page's process has finished. jupyter-cache creates its database (a folder, an
+sqlite file and its tables) on first use, and two processes that start executing at once would both create it
+("table settings already exists"): it is created before the processes start.
 """
 import os
 
@@ -75,6 +77,16 @@ def root_last(app, env, docnames):
         docnames.append(root)
 
 
+def create_execution_cache(app, env, docnames):
+    """Create myst-nb's jupyter-cache (in cache mode) in this process, before the reading processes start."""
+    config = getattr(env, "mystnb_config", None)
+    if config is None or config.execution_mode != "cache" or not config.execution_cache_path:
+        return
+    from jupyter_cache import get_cache
+
+    get_cache(config.execution_cache_path).db  # noqa: B018 (the property creates the folder, database and tables)
+
+
 def read_root_when_all_merged(app, env, docnames, other):
     """Read the root page once the last parallel process's pages are merged (before Sphinx checks it was read)."""
     pending = getattr(app, ROOT_PENDING, None)
@@ -97,5 +109,6 @@ def setup(app):
     app.connect("html-page-context", fix_page, priority=900)
     app.connect("env-get-outdated", reread_root)
     app.connect("env-before-read-docs", root_last)
+    app.connect("env-before-read-docs", create_execution_cache)
     app.connect("env-merge-info", read_root_when_all_merged, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

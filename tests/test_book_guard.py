@@ -106,6 +106,22 @@ def test_in_a_parallel_read_the_landing_page_is_read_after_every_other_page_is_m
     assert len(calls) == 3  # once per build
 
 
+def test_the_execution_cache_is_created_before_the_reading_processes_start(tmp_path):
+    import sqlite3
+    from types import SimpleNamespace
+
+    ext = _offline_extension()
+    cache = tmp_path / "_build" / ".jupyter_cache"
+    for mode in ("off", "force", "cache"):
+        env = SimpleNamespace(mystnb_config=SimpleNamespace(execution_mode=mode, execution_cache_path=str(cache)))
+        ext.create_execution_cache(None, env, [])
+        assert cache.exists() == (mode == "cache")
+    tables = sqlite3.connect(next(cache.glob("*.db"))).execute("select name from sqlite_master where type='table'")
+    assert "settings" in {name for (name,) in tables}  # what a second process would otherwise create too
+    ext.create_execution_cache(None, SimpleNamespace(), [])  # no myst-nb: nothing to do
+    assert "create_execution_cache" in (ROOT / "_ext" / "distperf_offline.py").read_text().split("def setup")[1]
+
+
 def test_the_number_of_reading_processes(monkeypatch):
     import os
 
