@@ -82,3 +82,14 @@ def test_no_interval_at_all():
     assert len(table) == 0 and noise.within_goal(table) is None
     assert noise.summary(table) == "no configuration ran twice at this scale, so there is no interval to read"
     assert len(noise.floor(noise.intervals({}))) == 0
+
+
+def test_background_reads_the_runs_and_calibrations_shares_and_says_when_they_were_not_recorded():
+    quiet = pd.DataFrame({"background_cpu_share": [0.01, 0.02, 0.5]})
+    old = pd.DataFrame({"iteration_time_s.median": [1.0]})
+    text = noise.background({"a": quiet, "b": old}, {"the calibration": {"background_cpu_share": 0.031},
+                                                     "the second calibration": {}})
+    assert text.startswith("other processes used a median 2.0% of the machine's CPU time")
+    assert "(largest 50%; 1 of 3 runs above 5%)" in text
+    assert text.endswith("; 3.1% during the calibration, not recorded for the second calibration")
+    assert noise.background({"b": old}, {}) == "the runs predate the record of other processes' use of the machine"

@@ -243,6 +243,7 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
         assert runs.count(v) == 1  # what was done is not done again
     assert sorted(set(runs)) == list(range(6))
     assert {"machine", "device_name", "torch", "python", "commit", "date", "config_hash"} <= set(table.columns)
+    assert table.background_cpu_share.between(0, 1).all()  # distperf.measure.background, per row
 
     done = _sweep(path, "--out", out, env=env)
     assert "6 already done" in done.stdout and len((tmp_path / "log.txt").read_text().split()) == len(runs)
@@ -352,6 +353,7 @@ def test_points_measured_in_this_process_share_the_tables_resume(tmp_path):
     assert table.status.tolist() == ["ok", "ok", "failed"] and table.message[2] == "RuntimeError: injected fault"
     assert table.square[:2].tolist() == [1, 4] and table["nested.x"][0] == 1 and table.n.tolist() == [1, 2, 3]
     assert {"config_hash", "machine", "commit", "date"} <= set(table.columns)
+    assert table.background_cpu_share.between(0, 1).all()
     second = sweep_points("squares", points, measure, out, progress=False)  # only the failed point again
     assert calls == [1, 2, 3, 3] and second["done"] == 2 and second["ok"] == 1
     assert pd.read_csv(out).status.tolist() == ["ok", "ok", "ok"] and [p.name for p in tmp_path.iterdir()] == ["points.csv"]

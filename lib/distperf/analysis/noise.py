@@ -11,7 +11,9 @@ out) and grouped by strategy (:func:`strategy`).
 - :func:`intervals`: one row per configuration with its strategy and interval;
 - :func:`floor`: per strategy, how many configurations, the median and the largest relative half-width, and the
   share within :data:`GOAL`;
-- :func:`styled_floor`, :func:`within_goal`, :func:`summary`: the table and the sentence the chapter prints.
+- :func:`styled_floor`, :func:`within_goal`, :func:`summary`: the table and the sentence the chapter prints;
+- :func:`background`: how busy other processes kept the machine while the runs and the calibrations were measured
+  (:mod:`distperf.measure.background`), in words.
 """
 from __future__ import annotations
 
@@ -131,3 +133,26 @@ def summary(table, goal: float = GOAL) -> str:
             f"one configuration scatter by a median {over['run-to-run sd'].median():.1%} (relative standard "
             f"deviation); at each strategy's spread a {goal:.0%} half-width takes {needed.min():.0f} to {most} "
             f"repeats per configuration instead of {int(over.repeats.min())}")
+
+
+def background(tables: dict, calibrations: dict[str, dict | None]) -> str:
+    """How much of the machine other processes used while it was measured, in words: over the ``tables``' runs
+    (their ``background_cpu_share``: median, largest, and how many exceed
+    :data:`distperf.measure.background.QUIET`) and for each of ``calibrations`` ({label: its sidecar, or None}).
+    Tables and sidecars measured before this was recorded say so."""
+    from ..measure.background import QUIET
+
+    columns = [t["background_cpu_share"] for t in tables.values() if t is not None and "background_cpu_share" in t]
+    shares = pd.to_numeric(pd.concat(columns, ignore_index=True), errors="coerce").dropna() if columns else \
+        pd.Series(dtype=float)
+    if len(shares):
+        busy = int((shares > QUIET).sum())
+        runs = (f"other processes used a median {shares.median():.1%} of the machine's CPU time while its runs were "
+                f"measured (largest {shares.max():.0%}; {busy} of {len(shares)} runs above {QUIET:.0%})")
+    else:
+        runs = "the runs predate the record of other processes' use of the machine"
+    parts = []
+    for label, side in calibrations.items():
+        share = (side or {}).get("background_cpu_share")
+        parts.append(f"{share:.1%} during {label}" if share is not None else f"not recorded for {label}")
+    return runs + ("; " + ", ".join(parts) if parts else "")

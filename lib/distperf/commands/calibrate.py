@@ -13,6 +13,9 @@ those links, ``devices_per_node`` = R, and the sidecar's ``network`` holds the f
 measured bandwidth against the set rate. Without root: one line and status 2, before measuring anything.
 ``--machine-from PROFILE`` takes everything but the links from an earlier calibration of this machine (its profile
 and sidecar) instead of measuring it again.
+
+The sidecar's ``background_cpu_share`` is the share of the machine's CPU time that other processes used while
+calibrate ran (:mod:`distperf.measure.background`); above 5 % calibrate warns that it measured a busy machine.
 """
 from __future__ import annotations
 
@@ -93,10 +96,11 @@ def main(args: argparse.Namespace) -> int:
     if network:
         check_privileges()  # before the calibration's minutes; NotPrivileged ends in one line (cli)
 
+    from ..measure.background import QUIET, Watch
     from ..measure.calibrate import calibrate, write
 
     log = lambda msg: print(f"calibrate: {msg}", file=sys.stderr)  # noqa: E731
-    start = time.monotonic()
+    start, watch = time.monotonic(), Watch().start()
     try:
         hw, sidecar = machine or calibrate(quick=args.quick, models=models, micro_batches=micro_batches,
                                            ranks=args.ranks, threads=args.threads, device=args.device,
@@ -108,6 +112,10 @@ def main(args: argparse.Namespace) -> int:
     except (TimeoutError, LaunchError, SetupError) as e:
         print(f"distperf calibrate: error: {e}", file=sys.stderr)
         return 1
+    sidecar["background_cpu_share"] = background = watch.share()
+    if background is not None and background > QUIET:
+        log(f"warning: other processes used {background:.0%} of this machine's CPU time while it was measured; its "
+            "timings and contention factors describe a busy machine (calibrate again on a quiet one)")
     side = write(hw, sidecar, out)
     print(summary(hw, sidecar))
     print(f"profile: {out}\nmeasurements: {side}")
@@ -151,8 +159,10 @@ def _links(hw, network, info: dict, args, log):
 
 def summary(hw, sidecar: dict) -> str:
     g = lambda x: f"{x / 1e9:,.1f} G"  # noqa: E731
+    background = sidecar.get("background_cpu_share")
     lines = [f"{hw.name}: {sidecar['threads']} thread(s), collectives on 2..{sidecar['ranks']} ranks, "
-             f"{sidecar['seconds']:.0f} s"]
+             f"{sidecar['seconds']:.0f} s" + ("" if background is None else
+                                              f"; other processes used {background:.0%} of the CPU time meanwhile")]
     for dtype in sorted({r["dtype"] for r in sidecar["gemm"]}):
         rates = ", ".join(f"{r['n']}: {g(r['flops_per_s'])}" for r in sidecar["gemm"] if r["dtype"] == dtype)
         lines.append(f"  matmul {dtype} FLOP/s by n: {rates}")

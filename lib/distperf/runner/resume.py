@@ -32,7 +32,8 @@ from pathlib import Path
 
 from ..results import PROVENANCE_COLUMNS, write_csv_atomic
 
-ROW_COLUMNS = ("experiment", "config_hash", "repeat", "status", "message", "elapsed_s", "returncode")
+ROW_COLUMNS = ("experiment", "config_hash", "repeat", "status", "message", "elapsed_s", "returncode",
+               "background_cpu_share")
 STATUSES = ("ok", "failed", "timeout", "oom", "invalid", "skipped")
 
 

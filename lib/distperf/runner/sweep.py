@@ -19,7 +19,9 @@ A row holds:
   ``repeat`` (0 … repeats − 1), ``status`` (``ok``, ``failed``, ``timeout``, ``oom``, ``invalid`` with
   ``skip_invalid``, or ``skipped``: a run on an emulated network (``network``) without the privileges it needs,
   not started), ``message`` (the error's last line, or why it was skipped), ``elapsed_s`` (wall time of the
-  process, or in a launch of many the time from the end of the configuration before it), ``returncode``;
+  process, or in a launch of many the time from the end of the configuration before it), ``returncode``,
+  ``background_cpu_share`` (the share of the machine's CPU time that processes other than the sweep's used while
+  the row was measured, from the row before it: :mod:`distperf.measure.background`; 0 is a quiet machine);
 - ``launch.id``, ``launch.position``, ``launch.configurations`` (a launch of many: which one, the configuration's
   place in it, how many it ran);
 - the configuration: ``arg.NAME`` per flag and ``env.NAME`` per environment variable;
@@ -49,6 +51,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..launch import kill_tagged, spawn
+from ..measure.background import Watch
 from ..results import PROVENANCE_COLUMNS, provenance
 from .batch import batchable, prepare, run_jobs
 from .grid import Configuration, Experiment
@@ -226,6 +229,11 @@ def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool 
     configurations = {cfg.hash: cfg for cfg in exp.configurations}
 
     def execute(todo: list[Item]):
+        watch = Watch().start()  # each row: the share of the machine other processes used since the row before
+        for row in _execute(todo):
+            yield {**row, "background_cpu_share": watch.share()}
+
+    def _execute(todo: list[Item]):
         for repeat in sorted({item.repeat for item in todo}):
             jobs = []
             for item in (i for i in todo if i.repeat == repeat):
@@ -256,13 +264,13 @@ def sweep_points(name: str, points: list[dict], measure: Callable[[dict], dict],
 
     def runner(point: dict):
         def run() -> dict:
-            start = time.perf_counter()
+            start, watch = time.perf_counter(), Watch().start()
             try:
                 result, status, message = measure(point), "ok", ""
             except Exception as e:  # noqa: BLE001 - the row says what went wrong; the other points go on
                 result, status, message = {}, "failed", f"{type(e).__name__}: {e}".splitlines()[0][:500]
             row = {"experiment": name, "config_hash": config_hash(point), "status": status, "message": message,
-                   "elapsed_s": round(time.perf_counter() - start, 3), **point}
+                   "elapsed_s": round(time.perf_counter() - start, 3), "background_cpu_share": watch.share(), **point}
             reserved = set(ROW_COLUMNS) | set(PROVENANCE_COLUMNS) | set(row)
             row.update({f"result.{k}" if k in reserved else k: v for k, v in flatten(result).items()})
             return {**row, **prov, "date": timestamp()}
