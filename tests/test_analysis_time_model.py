@@ -240,3 +240,17 @@ def test_the_drift_between_two_calibrations_is_told_from_the_data():
     assert "profiled mode's 3.0% (5%) against 4.0% (6%)" in sentence
     assert "median |error| is 10.0% (largest 20%) against 20.0% (30%)" in tm.drift_sentence(again, first)
     assert tm.drift_sentence(first, first.iloc[:0]) == "no second calibration was made"
+
+
+def test_the_machines_drift_between_calibrations_is_read_from_their_matrix_products():
+    from types import SimpleNamespace
+
+    def profile(rows):  # what gemm_drift reads of a hardware profile
+        return SimpleNamespace(kernels=None if rows is None else SimpleNamespace(linear_fp32=rows))
+
+    first = profile(((64, 1.0, 2.0), (128, 2.0, 4.0), (256, 4.0, 8.0), (512, 8.0, 16.0)))
+    again = profile(((64, 9.0, 2.0), (128, 3.0, 4.0), (256, 6.0, 8.0), (512, 8.0, 16.0)))
+    sentence = tm.gemm_drift(first, again)
+    assert "(n from 128 to 512) took 1.00 to 1.50 times the first calibration's time (median 1.50)" in sentence
+    assert tm.gemm_drift(profile(None), again) == "the calibrations measured no matrix products to compare"
+    assert tm.gemm_drift(first, again, smallest=1024) == "the calibrations share no matrix-product size to compare"

@@ -452,6 +452,22 @@ def instruments_sentence(exposed: pd.DataFrame) -> str:
             "breakdown step")
 
 
+def gemm_drift(first, again, smallest: int = 128) -> str:
+    """How the machine's speed moved between two calibrations (hardware profiles with measured kernels), in words: the
+    second's forward times of the fp32 matrix products of n ≥ ``smallest`` (where the product, not its call, takes the
+    time) as multiples of the first's, least to largest and median."""
+    if first.kernels is None or again.kernels is None:
+        return "the calibrations measured no matrix products to compare"
+    a = {n: f for n, f, _ in first.kernels.linear_fp32 if n >= smallest and f > 0}
+    b = {n: f for n, f, _ in again.kernels.linear_fp32 if n >= smallest}
+    sizes = sorted(a.keys() & b.keys())
+    if not sizes:
+        return "the calibrations share no matrix-product size to compare"
+    ratios = pd.Series([b[n] / a[n] for n in sizes])
+    return (f"between the two, the same fp32 matrix products (n from {sizes[0]} to {sizes[-1]}) took "
+            f"{ratios.min():.2f} to {ratios.max():.2f} times the first calibration's time (median {ratios.median():.2f})")
+
+
 def drift_sentence(first: pd.DataFrame, again: pd.DataFrame, dates: tuple[str, str] | None = None) -> str:
     """How the two modes' errors (:func:`errors`) move when the same runs are predicted with a second calibration of the
     machine (``again``) instead of the first (``first``), in words; ``dates``: the two calibrations' ISO dates."""
