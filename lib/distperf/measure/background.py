@@ -79,8 +79,8 @@ def tree_cpu_s(root: int | None = None) -> float | None:
 
 
 class Watch:
-    """The background share of a window: ``start()`` (or entering a ``with``), then ``share()`` at its end; each
-    ``share()`` closes a window and opens the next, so that a loop can call it once per measurement."""
+    """The background share of a window: ``start()``, then ``share()`` at its end; each ``share()`` closes a window
+    and opens the next, so that a loop can call it once per measurement."""
 
     def __init__(self):
         self._start = None
@@ -88,12 +88,6 @@ class Watch:
     def start(self) -> "Watch":
         self._start = (time.monotonic(), machine_busy_s(), tree_cpu_s())
         return self
-
-    def __enter__(self) -> "Watch":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        return None
 
     def share(self) -> float | None:
         """Other processes' share of the machine's CPU time since the window opened (rounded to 0.001), or None
