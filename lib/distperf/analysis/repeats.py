@@ -32,6 +32,7 @@ from functools import lru_cache
 
 TIME, P10, P90 = "iteration_time_s.median", "iteration_time_s.p10", "iteration_time_s.p90"
 ERRORS = ("error.iteration_time_s.analytical", "error.iteration_time_s.profiled")
+PROBE = "speed_probe."  # distperf.measure.speed.COLUMN
 LEVEL = 0.95
 
 
@@ -167,7 +168,7 @@ def fold(frame, level: float = LEVEL):
     row of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median
     over the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs,
     ``tokens_per_s`` and the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that
-    median, and the columns of :func:`by_configuration`'s interval beside them:
+    median, the speed probe's columns (``speed_probe.*``) their medians over the repeats, and the columns of :func:`by_configuration`'s interval beside them:
     ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
     runs = frame[frame["status"] == "ok"] if "status" in frame else frame
     if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
@@ -185,6 +186,10 @@ def fold(frame, level: float = LEVEL):
         if column in first:
             first[column] = (1 + first[column].astype(float)) * own / median - 1
     first[TIME] = median
+    probes = [c for c in runs.columns if c.startswith(PROBE)]
+    if probes:  # the machine's speed during the repeats, beside the median of their times
+        per_probe = runs[keys + probes].astype({c: float for c in probes}).groupby(keys, dropna=False)[probes].median()
+        first[probes] = per_probe.reindex(index).to_numpy()
     for column, name in ((P10, "p10_s"), (P90, "p90_s")):
         if column in first:
             first[column] = per[name].reindex(index).to_numpy()

@@ -26,6 +26,7 @@ from ..results import signed_error
 from . import rows, verdicts
 from .noise import strategy
 
+SPEED_STEP = "+ the machine's speed at the run"
 # label, the hardware variant: each step adds one term to the one before
 LADDER = (
     ("FLOPs at the best GEMM rate", lambda hw: replace(hw, kernels=None, collectives=())),
@@ -37,6 +38,7 @@ LADDER = (
                                              collectives=())),
     ("+ collectives as issued", lambda hw: replace(hw, kernels=hw.kernels.without("contention"))),
     ("+ overlap and contention", lambda hw: hw),
+    (SPEED_STEP, lambda hw: hw),  # and each run's speed probe (rows.with_predictions' ``speed``)
 )
 # declared before the data: median and largest |signed error| of the iteration time per mode, and of the exposed
 # communication of the one parallelism a run uses, where it exceeds EXPOSED_SHARE of the iteration
@@ -80,7 +82,7 @@ def ablation(tables: dict, hw) -> pd.DataFrame:
                                      "error"])
     out = []
     for order, (label, variant) in enumerate(LADDER):
-        predicted = rows.with_predictions(frame, variant(hw), check=False)
+        predicted = rows.with_predictions(frame, variant(hw), check=False, speed=label == SPEED_STEP)
         out.append(pd.DataFrame({"experiment": frame.experiment, "strategy": frame.apply(strategy, axis=1),
                                  "model": frame["config.model.name"], "step": label, "order": order,
                                  "measured_s": predicted.measured_s, "predicted_s": predicted.predicted_s}))
@@ -117,9 +119,11 @@ LAYER_TIMES = "prediction.profiled.layer_times."
 def profiled_prediction(row, hw) -> float:
     """The profiled mode's iteration on ``hw``: :func:`distperf.cost.predict` with compute from the times the run
     profiled (its ``prediction.profiled.layer_times.*``: its ranks' parts measured all at once, with their optimizer
-    steps, or one process's per-layer times), every other term from ``hw`` as in the analytical mode; NaN where the
+    steps, or one process's per-layer times), every other term from ``hw`` as in the analytical mode (at the run's speed,
+    :mod:`distperf.measure.speed`); NaN where the
     run had none."""
     from ..cost import predict
+    from ..measure.speed import at_speed, of_row
 
     try:
         times = {part: (float(row[f"{LAYER_TIMES}{part}.forward_s"]), float(row[f"{LAYER_TIMES}{part}.backward_s"]))
@@ -132,7 +136,8 @@ def profiled_prediction(row, hw) -> float:
     if at_once is not None and not pd.isna(at_once):  # the run's ranks measured their parts at once
         times.update(ranks_at_once=int(at_once),
                      optimizer={g: float(row[f"{LAYER_TIMES}optimizer.{g}"]) for g in ("layer_s", "first_s", "last_s")})
-    return predict(rows.config_of_row(row), hw, check=False, layer_times=times)["time_s"]["iteration"]
+    return predict(rows.config_of_row(row), at_speed(hw, of_row(row)), check=False,
+                   layer_times=times)["time_s"]["iteration"]
 
 
 def exposed_errors(tables: dict, hw) -> pd.DataFrame:
@@ -397,6 +402,10 @@ def constants_table(hw) -> pd.DataFrame:
          f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
          "microbatch, less the model's sends and waits; / 2"),
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
+        ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
+         "µs (matrix product, GELU, module call)",
+         "the speed probe (distperf.measure.speed), before and after the kernel tables, geometric mean: each "
+         "run's own probe over it scales the tables"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")

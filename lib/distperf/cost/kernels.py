@@ -60,6 +60,7 @@ WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dt
             "tp_sp_collective_s", "pp_action_s", "twobw_action_s")
 PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s")  # collectives as DTensor issues them
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
+PROBE_PARTS = ("gemm_s", "elementwise_s", "python_s")  # measure.speed.PARTS (this module imports no torch)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
 
 
@@ -93,6 +94,8 @@ class KernelCosts:
     # share of FSDP2's gathers and reduce-scatters its forward and backward hide, ≤ 1; below 0 its path costs
     # (1 − fsdp_overlap) times its collectives' α-β time and hides none of it
     fsdp_overlap: float = 1.0
+    # the calibration's speed probe (measure.speed: gemm_s, elementwise_s, python_s), () where it took none
+    probe: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -114,13 +117,14 @@ class KernelCosts:
                   contention_compute=float(data.get("contention", {}).get("compute", 1.0)),
                   overlap=float(data.get("contention", {}).get("overlap", 1.0)),
                   fsdp_overlap=float(data.get("contention", {}).get("fsdp", 1.0)),
+                  probe=tuple(float(data["probe"][k]) for k in PROBE_PARTS) if data.get("probe") else (),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
                     out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
-                    *(getattr(out, k) for k in WRAPPERS)]
+                    *(getattr(out, k) for k in WRAPPERS), *out.probe]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
                 for x in numbers):
@@ -132,7 +136,9 @@ class KernelCosts:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in WRAPPERS and not f.name.startswith("contention_")
-               and f.name not in ("overlap", "fsdp_overlap")}
+               and f.name not in ("overlap", "fsdp_overlap", "probe")}
+        if self.probe:
+            out["probe"] = dict(zip(PROBE_PARTS, self.probe))
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}
         out["contention"] = {"memory": self.contention_memory, "compute": self.contention_compute,
                              "overlap": self.overlap, "fsdp": self.fsdp_overlap}
@@ -154,6 +160,23 @@ class KernelCosts:
         if "collectives" in terms:
             changes.update(dict.fromkeys(PATH_COLLECTIVES, 0.0))
         return replace(self, **changes)
+
+    def at_speed(self, ratios: dict) -> KernelCosts:
+        """The kernel times of a machine running ``ratios`` ({gemm, elementwise, python}: a run's speed probe over
+        the calibration's, :func:`distperf.measure.speed.ratios`) times as long as when it was calibrated: matrix
+        products and attention × ``gemm``; element-wise operators, views and Adam's per-tensor steps ×
+        ``elementwise``; module calls, the backward's start, the step's Python and the parallel wrappers ×
+        ``python``. Contention and overlap are ratios of times and stay."""
+        g, e, p = ratios["gemm"], ratios["elementwise"], ratios["python"]
+
+        def scaled(table, first, factor):
+            return tuple(tuple(row[:first]) + tuple(x * factor for x in row[first:]) for row in table)
+
+        return replace(self, linear_fp32=scaled(self.linear_fp32, 1, g), linear_bf16=scaled(self.linear_bf16, 1, g),
+                       attention=scaled(self.attention, 3, g), elementwise=scaled(self.elementwise, 2, e),
+                       view=tuple(x * e for x in self.view), adam=scaled(self.adam, 1, e),
+                       module_call_s=self.module_call_s * p, backward_call_s=self.backward_call_s * p,
+                       step_s=self.step_s * p, **{k: getattr(self, k) * p for k in WRAPPERS})
 
 
 def _rows(value) -> tuple:

@@ -37,7 +37,10 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   fused attention, each memory-bound operator by size, a view, a module call, a backward's start, Adam per
   tensor), its ``contention`` (memory-bound and compute-bound kernels with every rank running at once, over one
   alone: :func:`training_conditions`), and ``step_s``, the trainer's fixed Python per step, fitted on the ``tiny`` preset
-  (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``).
+  (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``), and
+  ``probe``: the machine's speed while they were measured (:mod:`distperf.measure.speed`, the geometric mean of a
+  probe before the kernel tables and one after them, both in the sidecar's ``speed_probe``), against which each
+  run's own probe scales them.
 
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
 """
@@ -613,14 +616,19 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
     copy = copy_bandwidth((32 if quick else 256) * 2**20, dev, min_run)
     log("layer times")
     layers = [row for m in models for row in layer_times(m, micro_batches, dev, min_run)]
-    kernels, step_fit = None, None
+    kernels, step_fit, speed = None, None, None
     if dev.type == "cpu":
         from .kernels import fit_step_overhead, kernel_costs
+        from .speed import combine, probe
 
+        log("the machine's speed (probe)")
+        speed = {"before": probe()}
         kernels = kernel_costs(quick, log)
         log("kernels: the step's fixed Python, fitted on the tiny preset")
         step_fit = fit_step_overhead(kernels, steps=4 if quick else 12)
         kernels["step_s"] = step_fit["step_s"]
+        speed["after"] = probe()
+        kernels["probe"] = combine(speed["before"], speed["after"])
     log(f"collectives on 2..{ranks} ranks")
     if ranks < 2:
         from ..config import ConfigError
@@ -661,6 +669,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                "seconds": round(time.monotonic() - start, 2), "phases_s": phases, "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,
                "issued_fits": issued_fits,
+               "speed_probe": speed,
                "profile_from": {"flops_fp32": "max gemm float32", "flops_16bit": "max gemm bfloat16 (else float32)",
                                 "memory_bandwidth": "copy", "memory_capacity": "physical memory",
                                 "intra_latency": "fits.all-reduce.all.alpha", "intra_bandwidth": "fits.all-reduce.all.beta",
@@ -669,7 +678,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                                "issues it (conditions.issued)",
                                 "kernels.contention": "conditions.contention",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
-                                           "step_fit, on the tiny preset"}}
+                                           "step_fit, on the tiny preset; kernels.probe: the geometric mean of "
+                                           "speed_probe.before and .after (distperf.measure.speed)"}}
     return hw, sidecar
 
 

@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from .. import atomic
 from ..config import Config, RunOptions, needs_distributed
+from ..measure.speed import probe_alone, probed
 from ..tokens import make_source
 from .common import Trainer
 from .mesh import build_mesh, init_distributed, rank_device
@@ -141,6 +142,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     batch = cfg.layout.global_batch
     barrier = distributed and trainer.flushes
     losses, times = [], []
+    before = probe_alone(distributed) if device.type == "cpu" else None  # the machine's speed around the steps
     for step in range(opts.steps):
         _fault(step)
         x, y = source.batch(step, batch)
@@ -154,6 +156,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         times.append(time.perf_counter() - t0)
         losses.append(loss)
     trainer.finish()
+    speed = probed(before, probe_alone(distributed)) if device.type == "cpu" else None
     held_out = None
     if opts.eval_batches:  # before the measurement steps, which train on
         from .held_out import held_out_loss
@@ -196,6 +199,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         "model_state_bytes_at_rest": state_bytes,
         "peak_memory_bytes": peak,
         "threads_per_rank": torch.get_num_threads() if device.type == "cpu" else None,
+        "speed_probe": speed,
     }
     if parameters:
         result["parameters"] = trainer.full_parameters()

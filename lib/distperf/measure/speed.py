@@ -1,0 +1,107 @@
+"""How fast this machine runs at this moment: a speed probe of three fixed microbenchmarks, taken by the calibration
+(before and after its kernel tables) and by every CPU run (before and after its timed steps), so that the analytical
+mode can price a run at the speed the machine had when it ran (chapter "Where the time goes", section "The machine's speed").
+
+On a shared machine the same kernels do not take the same time an hour apart: in the reference build, the second
+calibration's fp32 matrix products took 0.61-0.74 of the first's, 71 minutes later, with nothing else running (a
+virtual machine's host lends its cores unevenly). A calibration measured at one moment then prices a run measured
+at another too slow or too fast, whatever the terms of the model. The probe is a microbenchmark, not a run of the
+configuration: the same three kernels at the same shapes, whatever the configuration, each a median over blocks of
+calls (:func:`distperf.measure.kernels.median_time`), one process alone (a run's ranks in turn, each while the
+others wait; the slowest rank's time per part), under ``torch.no_grad`` except the module calls:
+
+- ``gemm_s``: ``F.linear`` of a 1×256×256 input by a 256×256 weight with bias (fp32): matrix products and the
+  fused attention scale with it;
+- ``elementwise_s``: ``F.gelu`` over 2^16 values: memory-bound operators, views and Adam's per-tensor kernels;
+- ``python_s``: a chain of 16 calls of an ``nn.Module`` that returns its input: Python's speed, which prices the
+  framework's terms (module calls, the backward's start, the step's Python, the parallel wrappers).
+
+:func:`ratios` compares a run's probe with the calibration's (run / calibration: above 1, the machine ran slower
+than when it was calibrated); :meth:`distperf.cost.kernels.KernelCosts.at_speed` scales each class of kernel time
+by its ratio.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..cost.kernels import PROBE_PARTS as PARTS
+
+MIN_RUN_TIME_S = 0.02  # per part: about 0.07 s per probe with its warm-up calls
+GEMM_N = 256
+ELEMENTS = 2**16
+
+
+def probe(min_run_time: float = MIN_RUN_TIME_S) -> dict:
+    """{gemm_s, elementwise_s, python_s}: seconds per call of the three microbenchmarks (the module's docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    from .kernels import median_time, module_call_time
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, GEMM_N, GEMM_N, generator=generator)
+    w, b = torch.randn(GEMM_N, GEMM_N, generator=generator), torch.randn(GEMM_N, generator=generator)
+    values = torch.randn(ELEMENTS, generator=generator)
+    with torch.no_grad():
+        gemm = median_time(lambda: F.linear(x, w, b), min_run_time)
+        elementwise = median_time(lambda: F.gelu(values), min_run_time)
+    return {"gemm_s": gemm, "elementwise_s": elementwise, "python_s": module_call_time(min_run_time)}
+
+
+def probe_alone(distributed: bool) -> dict:
+    """:func:`probe` on every rank in turn, each alone while the others wait at a barrier (collective when
+    ``distributed``), and per part the slowest rank's time, which a synchronous step waits for."""
+    if not distributed:
+        return probe()
+    import torch.distributed as dist
+
+    mine = None
+    for rank in range(dist.get_world_size()):
+        if rank == dist.get_rank():
+            mine = probe()
+        dist.barrier()
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return {k: max(p[k] for p in every) for k in PARTS}
+
+
+def combine(first: dict, second: dict) -> dict:
+    """The geometric mean per part of two probes (the calibration's, before and after its kernel tables)."""
+    return {k: math.sqrt(first[k] * second[k]) for k in PARTS}
+
+
+def probed(before: dict, after: dict) -> dict:
+    """A run's ``speed_probe``: the :func:`combine` of the probes before and after its timed steps, with both."""
+    return {**combine(before, after), "before": before, "after": after}
+
+
+def ratios(run: dict | None, reference: dict | None) -> dict | None:
+    """{gemm, elementwise, python}: ``run``'s time per part over ``reference``'s; None unless both hold every part
+    as a positive finite number (a run or a calibration from before the probe, or a failed reading)."""
+    def usable(p):
+        return p is not None and all(isinstance(p.get(k), (int, float)) and math.isfinite(p[k]) and p[k] > 0
+                                     for k in PARTS)
+
+    if not usable(run) or not usable(reference):
+        return None
+    return {k.removesuffix("_s"): run[k] / reference[k] for k in PARTS}
+
+
+def at_speed(hw, run: dict | None):
+    """``hw`` with its kernel times scaled to the speed of the run whose probe is ``run``
+    (:meth:`~distperf.cost.kernels.KernelCosts.at_speed`); ``hw`` itself where either has no probe."""
+    kernels = getattr(hw, "kernels", None)
+    found = ratios(run, dict(zip(PARTS, kernels.probe))) if kernels is not None and kernels.probe else None
+    return hw if found is None else replace(hw, kernels=kernels.at_speed(found))
+
+
+def of_row(row) -> dict | None:
+    """The speed probe a sweep row holds (``speed_probe.<part>`` columns), or None."""
+    try:
+        return {k: float(row[f"{COLUMN}{k}"]) for k in PARTS}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+COLUMN = "speed_probe."
