@@ -3,6 +3,7 @@ profile the hardware loader and `predict --hardware FILE` accept."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -66,6 +67,11 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     assert k.tp_layer_s > 0 and k.fsdp_unit_s > 0 and k.module_call_s > 0
     assert k.step_s == side["step_fit"]["step_s"]
     assert {r["model"] for r in side["step_fit"]["rows"]} == {"tiny"}
+    # the speed probe around the kernel tables, against which each run's probe scales them
+    probes = side["speed_probe"]["probes"]  # before each of the five kernel tables and after the step's fit
+    assert len(probes) == 6
+    assert k.probe == pytest.approx(tuple(statistics.median(q[p] for q in probes)
+                                          for p in ("gemm_s", "elementwise_s", "python_s")))
 
     capsys.readouterr()
     assert cli(["predict", "--model", "tiny", "--dp", "2", "--hardware", str(out), "--json"]) == 0

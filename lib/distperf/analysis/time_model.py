@@ -404,7 +404,7 @@ def constants_table(hw) -> pd.DataFrame:
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
-         "the speed probe (distperf.measure.speed), before and after the kernel tables, geometric mean: each "
+         "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: each "
          "run's own probe over it scales the tables"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
@@ -491,3 +491,57 @@ def drift_sentence(first: pd.DataFrame, again: pd.DataFrame, dates: tuple[str, s
     return (f"with a second calibration{when}, the analytical mode's median |error| is {a.median():.1%} (largest "
             f"{a.max():.0%}) against {f.median():.1%} ({f.max():.0%}) with the first, and the profiled mode's "
             f"{pa.median():.1%} ({pa.max():.0%}) against {pf.median():.1%} ({pf.max():.0%})")
+
+
+def speed_ratios(tables: dict, hw) -> pd.DataFrame:
+    """Per held-out configuration whose runs took a speed probe (:mod:`distperf.measure.speed`) on a profile that
+    holds one: ``experiment``, ``strategy``, ``model``, the run's probe over the calibration's per part (``gemm``,
+    ``elementwise``, ``python``: above 1, the machine ran slower than when it was calibrated) and, per part, how far
+    the probes before and after the run's timed steps lie apart (``<part>_apart``: |after/before − 1|, the larger
+    over the two orders), a few seconds apart."""
+    from ..measure.speed import COLUMN, PARTS, of_row, ratios
+
+    columns = ["experiment", "strategy", "model", "gemm", "elementwise", "python"] + [
+        f"{k.removesuffix('_s')}_apart" for k in PARTS]
+    frame = _frame(tables)
+    probe = dict(zip(PARTS, hw.kernels.probe)) if hw is not None and hw.kernels is not None and hw.kernels.probe \
+        else None
+    if probe is None or not len(frame) or f"{COLUMN}{PARTS[0]}" not in frame:
+        return pd.DataFrame(columns=columns)
+    out = []
+    for _, row in frame.iterrows():
+        found = ratios(of_row(row), probe)
+        if found is None:
+            continue
+        apart = {}
+        for k in PARTS:
+            before, after = (float(row.get(f"{COLUMN}{when}.{k}", np.nan)) for when in ("before", "after"))
+            apart[f"{k.removesuffix('_s')}_apart"] = max(after / before, before / after) - 1
+        out.append({"experiment": row["experiment"], "strategy": strategy(row), "model": row["config.model.name"],
+                    **found, **apart})
+    return held_out(pd.DataFrame(out, columns=columns)).reset_index(drop=True)
+
+
+def speed_sentence(speeds: pd.DataFrame, ablation_table: pd.DataFrame) -> str:
+    """What the runs' speed probes say, in words: each part's run/calibration ratio (median, least, largest), how far
+    a run's two probes lie apart (the machine's speed moving within seconds, which no probe outside the steps can
+    follow), and the analytical mode's median and largest |error| before and after the ladder's last step."""
+    if not len(speeds):
+        return ("no run of this build took a speed probe (its runs, or its calibration, were measured before distperf "
+                "took one), so the ladder's last step changes nothing")
+    names = {"gemm": "matrix product", "elementwise": "GELU", "python": "module call"}
+    parts = "; ".join(f"{names[k]} {speeds[k].median():.2f} ({speeds[k].min():.2f}–{speeds[k].max():.2f})"
+                      for k in names)
+    apart = ", ".join(f"{names[k]} {speeds[f'{k}_apart'].median():.0%} (up to {speeds[f'{k}_apart'].max():.0%})"
+                      for k in names)
+    text = (f"over {len(speeds)} held-out configurations, the runs' probes took these multiples of the calibration's "
+            f"time, median (least–largest): {parts}; a run's probe before its timed steps and the one after them, a "
+            f"few seconds apart, differ by a median {apart}")
+    held = held_out(ablation_table)
+    last = held[held.step == SPEED_STEP]
+    before = held[held.order == last.order.min() - 1] if len(last) else last
+    if len(last) and len(before):
+        a, b = before.error.abs(), last.error.abs()
+        text += (f"; priced at each run's speed, the analytical mode's median |error| goes from {a.median():.1%} to "
+                 f"{b.median():.1%}, its largest from {a.max():.0%} to {b.max():.0%}")
+    return text

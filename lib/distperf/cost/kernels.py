@@ -44,6 +44,11 @@ The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updat
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
 calibrate`` writes them into the hardware profile's ``kernels``); nothing is fitted on a run.
 
+**The machine's speed.** A calibration measures these tables at one moment; a run may happen when the machine runs
+faster or slower. :meth:`KernelCosts.at_speed` scales them by a run's speed probe over the calibration's
+(:mod:`distperf.measure.speed`): matrix products and attention by the first ratio, element-wise work, views and
+Adam's per-tensor kernels by the second, the framework's Python by the third.
+
 Pure Python: prices are cached per (costs, shape), so a sweep pays each once.
 """
 from __future__ import annotations

@@ -38,9 +38,9 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   tensor), its ``contention`` (memory-bound and compute-bound kernels with every rank running at once, over one
   alone: :func:`training_conditions`), and ``step_s``, the trainer's fixed Python per step, fitted on the ``tiny`` preset
   (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``), and
-  ``probe``: the machine's speed while they were measured (:mod:`distperf.measure.speed`, the geometric mean of a
-  probe before the kernel tables and one after them, both in the sidecar's ``speed_probe``), against which each
-  run's own probe scales them.
+  ``probe``: the machine's speed while they were measured (:mod:`distperf.measure.speed`: per part the median of a
+  probe before each kernel table and one after the last, all in the sidecar's ``speed_probe.probes``), against
+  which each run's own probe scales them.
 
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
 """
@@ -619,16 +619,16 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
     kernels, step_fit, speed = None, None, None
     if dev.type == "cpu":
         from .kernels import fit_step_overhead, kernel_costs
-        from .speed import combine, probe
+        from .speed import median, probe
 
-        log("the machine's speed (probe)")
-        speed = {"before": probe()}
-        kernels = kernel_costs(quick, log)
+        probes = []  # the machine's speed before each kernel table and after the last
+        kernels = kernel_costs(quick, log, between=lambda: probes.append(probe()))
         log("kernels: the step's fixed Python, fitted on the tiny preset")
         step_fit = fit_step_overhead(kernels, steps=4 if quick else 12)
         kernels["step_s"] = step_fit["step_s"]
-        speed["after"] = probe()
-        kernels["probe"] = combine(speed["before"], speed["after"])
+        probes.append(probe())
+        kernels["probe"] = median(probes)
+        speed = {"probes": probes}
     log(f"collectives on 2..{ranks} ranks")
     if ranks < 2:
         from ..config import ConfigError

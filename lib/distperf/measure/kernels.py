@@ -218,25 +218,30 @@ def adam_times(sizes=ADAM_ELEMENTS, tensors: int = 16, min_run_time: float = 0.1
     return rows
 
 
-def kernel_costs(quick: bool = False, log=print) -> dict:
+def kernel_costs(quick: bool = False, log=print, between=lambda: None) -> dict:
     """Every microbenchmark above at this process's thread count, as the ``kernels`` object of a hardware profile
-    (:class:`distperf.cost.kernels.KernelCosts`)."""
+    (:class:`distperf.cost.kernels.KernelCosts`); ``between()`` is called before each table (the calibration's speed
+    probes)."""
+    def next_table(message):
+        log(message)
+        between()
+
     t = 0.01 if quick else 0.1
     base = backward_call_time(t)
-    log("kernels: linear layers")
+    next_table("kernels: linear layers")
     sizes = LINEAR_SIZES_QUICK if quick else LINEAR_SIZES
     out = {"backward_call_s": base, "linear_fp32": linear_times(sizes, torch.float32, t, base),
            "linear_bf16": linear_times(sizes, torch.bfloat16, t, base)}
-    log("kernels: attention")
+    next_table("kernels: attention")
     out["attention"] = attention_times(ATTENTION_S[:3:2] if quick else ATTENTION_S,
                                        ATTENTION_D[::2] if quick else ATTENTION_D, t, base)
-    log("kernels: elementwise operators, views, module calls")
+    next_table("kernels: elementwise operators, views, module calls")
     out["elementwise"] = elementwise_times(ELEMENTS_QUICK if quick else ELEMENTS, t, base)
     out["view"] = view_times(t, base)
     out["module_call_s"] = module_call_time(t)
-    log("kernels: Adam")
+    next_table("kernels: Adam")
     out["adam"] = adam_times(ADAM_ELEMENTS_QUICK if quick else ADAM_ELEMENTS, min_run_time=t)
-    log("kernels: parallel wrappers (one-rank group)")
+    next_table("kernels: parallel wrappers (one-rank group)")
     out["wrappers"] = wrapper_times(t)
     return out
 

@@ -1,6 +1,7 @@
 """How fast this machine runs at this moment: a speed probe of three fixed microbenchmarks, taken by the calibration
-(before and after its kernel tables) and by every CPU run (before and after its timed steps), so that the analytical
-mode can price a run at the speed the machine had when it ran (chapter "Where the time goes", section "The machine's speed").
+(before each of its kernel tables and after the last) and by every CPU run (before and after its timed steps), so
+that the analytical mode can price a run at the speed the machine had when it ran (chapter "Where the time goes",
+section "The machine's speed").
 
 On a shared machine the same kernels do not take the same time an hour apart: in the reference build, the second
 calibration's fp32 matrix products took 0.61-0.74 of the first's, 71 minutes later, with nothing else running (a
@@ -67,8 +68,16 @@ def probe_alone(distributed: bool) -> dict:
 
 
 def combine(first: dict, second: dict) -> dict:
-    """The geometric mean per part of two probes (the calibration's, before and after its kernel tables)."""
+    """The geometric mean per part of two probes (a run's, before and after its timed steps)."""
     return {k: math.sqrt(first[k] * second[k]) for k in PARTS}
+
+
+def median(probes: list[dict]) -> dict:
+    """Per part the median of ``probes`` (the calibration's, one before each kernel table and one after the last:
+    the speed of a machine that moves within seconds, over the minute its tables take)."""
+    import statistics
+
+    return {k: statistics.median(p[k] for p in probes) for k in PARTS}
 
 
 def probed(before: dict, after: dict) -> dict:

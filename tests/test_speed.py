@@ -1,0 +1,125 @@
+"""The speed probe (distperf.measure.speed) and what the analytical mode does with it: kernel times scaled by a run's
+probe over the calibration's, per class."""
+import math
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from distperf.analysis import repeats, rows
+from distperf.analysis import time_model as tm
+from distperf.cost import kernels as kn
+from distperf.measure import speed
+from dist_harness import spawn
+from test_analysis_time_model import HW, row
+from test_kernels import synthetic_costs
+
+PROBE = {"gemm_s": 4e-4, "elementwise_s": 8e-5, "python_s": 1.5e-6}
+PROBED = replace(HW, kernels=replace(HW.kernels, probe=tuple(PROBE[k] for k in speed.PARTS)))
+
+
+def slower(gemm=1.0, elementwise=1.0, python=1.0) -> dict:
+    return {"gemm_s": PROBE["gemm_s"] * gemm, "elementwise_s": PROBE["elementwise_s"] * elementwise,
+            "python_s": PROBE["python_s"] * python}
+
+
+def test_a_probe_times_three_kernels():
+    p = speed.probe(min_run_time=0.005)
+    assert set(p) == set(speed.PARTS) and all(v > 0 and math.isfinite(v) for v in p.values())
+
+
+def test_ratios_need_both_probes_whole():
+    assert speed.ratios(slower(2, 3, 4), PROBE) == pytest.approx({"gemm": 2, "elementwise": 3, "python": 4})
+    assert speed.ratios(None, PROBE) is None and speed.ratios(PROBE, None) is None
+    assert speed.ratios({**PROBE, "gemm_s": float("nan")}, PROBE) is None
+    assert speed.ratios({**PROBE, "python_s": 0.0}, PROBE) is None
+    assert speed.ratios({"gemm_s": 1.0}, PROBE) is None
+
+
+def test_a_run_is_priced_at_its_speed_class_by_class():
+    costs = synthetic_costs()
+    fast = costs.at_speed({"gemm": 2.0, "elementwise": 3.0, "python": 5.0})
+    assert kn.linear(fast, 64, 64, 64, False) == pytest.approx([2 * t for t in kn.linear(costs, 64, 64, 64, False)])
+    assert kn.attention(fast, True, 4, 256, 32) == pytest.approx(
+        [2 * t for t in kn.attention(costs, True, 4, 256, 32)])
+    assert kn.elementwise(fast, "gelu", 4096) == pytest.approx([3 * t for t in kn.elementwise(costs, "gelu", 4096)])
+    assert kn.adam_tensor(fast, 1024) == pytest.approx(3 * kn.adam_tensor(costs, 1024))
+    assert fast.view == pytest.approx((3e-6, 6e-6))
+    assert (fast.module_call_s, fast.backward_call_s, fast.step_s) == pytest.approx((5e-6, 5e-5, 5e-4))
+    wrapped = replace(costs, tp_layer_s=1e-4).at_speed({"gemm": 1.0, "elementwise": 1.0, "python": 2.0})
+    assert wrapped.tp_layer_s == pytest.approx(2e-4)
+    assert (fast.contention_compute, fast.contention_memory, fast.overlap) == (
+        costs.contention_compute, costs.contention_memory, costs.overlap)  # ratios of times: unchanged
+
+
+def test_a_profile_keeps_its_probe_through_json():
+    costs = replace(synthetic_costs(), probe=(1e-4, 2e-5, 1e-6))
+    data = costs.to_dict()
+    assert data["probe"] == {"gemm_s": 1e-4, "elementwise_s": 2e-5, "python_s": 1e-6}
+    assert kn.KernelCosts.from_dict(data) == costs
+    assert "probe" not in synthetic_costs().to_dict() and kn.KernelCosts.from_dict(synthetic_costs().to_dict()).probe == ()
+    with pytest.raises(ValueError):
+        kn.KernelCosts.from_dict({**data, "probe": {**data["probe"], "gemm_s": -1.0}})
+
+
+def test_at_speed_changes_nothing_without_both_probes():
+    assert speed.at_speed(HW, slower(2)) is HW  # the profile took no probe
+    assert speed.at_speed(PROBED, None) is PROBED  # the run took none
+    assert speed.at_speed(replace(HW, kernels=None), slower(2)).kernels is None
+    scaled = speed.at_speed(PROBED, slower(2, 2, 2))
+    assert scaled.kernels.step_s == pytest.approx(2 * PROBED.kernels.step_s)
+
+
+def with_probe(r: dict, **ratios) -> dict:
+    return {**r, **{f"{speed.COLUMN}{k}": v for k, v in slower(**ratios).items()}}
+
+
+def test_the_ladder_prices_each_run_at_its_own_speed_in_its_last_step():
+    slow = with_probe(row("small", 1.0, dp=2), gemm=2, elementwise=2, python=2)
+    same = with_probe(row("small", 1.0, tp=2))
+    plain = row("small", 1.0)  # measured before the probe existed
+    abl = tm.ablation({"regimes": pd.DataFrame([slow, same, plain])}, PROBED)
+    last, before = abl[abl.step == tm.SPEED_STEP], abl[abl.order == len(tm.LADDER) - 2]
+    assert tm.LADDER[-1][0] == tm.SPEED_STEP
+    assert last.predicted_s.iloc[0] > 1.5 * before.predicted_s.iloc[0]  # every kernel twice as long
+    assert last.predicted_s.iloc[1:].to_numpy() == pytest.approx(before.predicted_s.iloc[1:].to_numpy())
+    errs = tm.errors({"regimes": pd.DataFrame([slow, same, plain])}, PROBED)
+    assert errs.analytical.to_numpy() == pytest.approx(last.error.to_numpy())  # the analytical mode is the last step
+    unscaled = rows.with_predictions(pd.DataFrame([slow]), PROBED, check=False, speed=False)
+    assert unscaled.predicted_s.iloc[0] == pytest.approx(before.predicted_s.iloc[0])
+
+
+def test_repeats_fold_the_probe_by_its_median():
+    base = row("small", 1.0, dp=2)
+    table = pd.DataFrame([{**with_probe(base, gemm=g), "repeat": i} for i, g in enumerate((1.0, 3.0, 2.0))])
+    folded = repeats.fold(table)
+    assert len(folded) == 1
+    assert folded[f"{speed.COLUMN}gemm_s"].iloc[0] == pytest.approx(2 * PROBE["gemm_s"])
+
+
+def test_the_speed_sentence_reads_the_probes_or_says_there_are_none():
+    runs = pd.DataFrame([with_probe(row("small", 1.0, dp=2), gemm=1.5), with_probe(row("small", 1.0, tp=2))])
+    for when, factor in (("before", 1.0), ("after", 1.2)):
+        for k in speed.PARTS:
+            runs[f"{speed.COLUMN}{when}.{k}"] = runs[f"{speed.COLUMN}{k}"] * factor
+    speeds = tm.speed_ratios({"regimes": runs}, PROBED)
+    assert speeds.gemm.tolist() == pytest.approx([1.5, 1.0]) and speeds.python_apart.tolist() == pytest.approx([0.2] * 2)
+    text = tm.speed_sentence(speeds, tm.ablation({"regimes": runs}, PROBED))
+    assert "over 2 held-out configurations" in text and "matrix product 1.25 (1.00–1.50)" in text
+    assert "median |error| goes from" in text
+    assert tm.speed_ratios({"regimes": runs}, HW).empty  # a profile without a probe
+    assert tm.speed_sentence(tm.speed_ratios({"regimes": runs}, HW), pd.DataFrame()).startswith("no run")
+
+
+def _probe_in_turn(rank_probes):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    speed.probe = lambda: rank_probes[dist.get_rank()]  # this child's copy of the module
+    return speed.probe_alone(True)
+
+
+def test_every_rank_probes_and_the_slowest_counts():
+    probes = [{"gemm_s": 1.0, "elementwise_s": 5.0, "python_s": 1.0}, {"gemm_s": 2.0, "elementwise_s": 1.0,
+                                                                     "python_s": 3.0}]
+    assert spawn(_probe_in_turn, 2, probes) == [{"gemm_s": 2.0, "elementwise_s": 5.0, "python_s": 3.0}] * 2
