@@ -74,19 +74,18 @@ def with_probe(r: dict, **ratios) -> dict:
     return {**r, **{f"{speed.COLUMN}{k}": v for k, v in slower(**ratios).items()}}
 
 
-def test_the_ladder_prices_each_run_at_its_own_speed_in_its_last_step():
+def test_the_speed_variant_prices_each_run_at_its_own_speed_and_the_analytical_mode_does_not():
     slow = with_probe(row("small", 1.0, dp=2), gemm=2, elementwise=2, python=2)
     same = with_probe(row("small", 1.0, tp=2))
     plain = row("small", 1.0)  # measured before the probe existed
-    abl = tm.ablation({"regimes": pd.DataFrame([slow, same, plain])}, PROBED)
-    last, before = abl[abl.step == tm.SPEED_STEP], abl[abl.order == len(tm.LADDER) - 2]
-    assert tm.LADDER[-1][0] == tm.SPEED_STEP
-    assert last.predicted_s.iloc[0] > 1.5 * before.predicted_s.iloc[0]  # every kernel twice as long
-    assert last.predicted_s.iloc[1:].to_numpy() == pytest.approx(before.predicted_s.iloc[1:].to_numpy())
-    errs = tm.errors({"regimes": pd.DataFrame([slow, same, plain])}, PROBED)
-    assert errs.analytical.to_numpy() == pytest.approx(last.error.to_numpy())  # the analytical mode is the last step
-    unscaled = rows.with_predictions(pd.DataFrame([slow]), PROBED, check=False, speed=False)
-    assert unscaled.predicted_s.iloc[0] == pytest.approx(before.predicted_s.iloc[0])
+    frame = pd.DataFrame([slow, same, plain])
+    analytical, at_speed = (rows.with_predictions(frame, PROBED, check=False, speed=s) for s in (False, True))
+    assert analytical.predicted_s.to_numpy() == pytest.approx(rows.with_predictions(frame, HW).predicted_s.to_numpy())
+    assert at_speed.predicted_s.iloc[0] > 1.5 * analytical.predicted_s.iloc[0]  # every kernel twice as long
+    assert at_speed.predicted_s.iloc[1:].to_numpy() == pytest.approx(analytical.predicted_s.iloc[1:].to_numpy())
+    errs, fast = tm.errors({"regimes": frame}, PROBED), tm.errors({"regimes": frame}, PROBED, speed=True)
+    assert errs.analytical.to_numpy() == pytest.approx([0.0] * 3)  # the rows were made on HW's prediction
+    assert fast.analytical.iloc[0] > 0.5 and fast.analytical.iloc[1:].to_numpy() == pytest.approx([0.0, 0.0])
 
 
 def test_repeats_fold_the_probe_by_its_median():
@@ -104,11 +103,13 @@ def test_the_speed_sentence_reads_the_probes_or_says_there_are_none():
             runs[f"{speed.COLUMN}{when}.{k}"] = runs[f"{speed.COLUMN}{k}"] * factor
     speeds = tm.speed_ratios({"regimes": runs}, PROBED)
     assert speeds.gemm.tolist() == pytest.approx([1.5, 1.0]) and speeds.python_apart.tolist() == pytest.approx([0.2] * 2)
-    text = tm.speed_sentence(speeds, tm.ablation({"regimes": runs}, PROBED))
+    text = tm.speed_sentence(speeds, tm.errors({"regimes": runs}, PROBED),
+                             tm.errors({"regimes": runs}, PROBED, speed=True))
     assert "over 2 held-out configurations" in text and "matrix product 1.25 (1.00–1.50)" in text
-    assert "median |error| goes from" in text
+    assert "the analytical mode's median |error| would go from 0.0% to" in text
     assert tm.speed_ratios({"regimes": runs}, HW).empty  # a profile without a probe
-    assert tm.speed_sentence(tm.speed_ratios({"regimes": runs}, HW), pd.DataFrame()).startswith("no run")
+    assert tm.speed_sentence(tm.speed_ratios({"regimes": runs}, HW), pd.DataFrame(), pd.DataFrame()).startswith(
+        "no run")
 
 
 def _probe_in_turn(rank_probes):

@@ -26,7 +26,6 @@ from ..results import signed_error
 from . import rows, verdicts
 from .noise import strategy
 
-SPEED_STEP = "+ the machine's speed at the run"
 # label, the hardware variant: each step adds one term to the one before
 LADDER = (
     ("FLOPs at the best GEMM rate", lambda hw: replace(hw, kernels=None, collectives=())),
@@ -38,7 +37,6 @@ LADDER = (
                                              collectives=())),
     ("+ collectives as issued", lambda hw: replace(hw, kernels=hw.kernels.without("contention"))),
     ("+ overlap and contention", lambda hw: hw),
-    (SPEED_STEP, lambda hw: hw),  # and each run's speed probe (rows.with_predictions' ``speed``)
 )
 # declared before the data: median and largest |signed error| of the iteration time per mode, and of the exposed
 # communication of the one parallelism a run uses, where it exceeds EXPOSED_SHARE of the iteration
@@ -82,7 +80,7 @@ def ablation(tables: dict, hw) -> pd.DataFrame:
                                      "error"])
     out = []
     for order, (label, variant) in enumerate(LADDER):
-        predicted = rows.with_predictions(frame, variant(hw), check=False, speed=label == SPEED_STEP)
+        predicted = rows.with_predictions(frame, variant(hw), check=False)
         out.append(pd.DataFrame({"experiment": frame.experiment, "strategy": frame.apply(strategy, axis=1),
                                  "model": frame["config.model.name"], "step": label, "order": order,
                                  "measured_s": predicted.measured_s, "predicted_s": predicted.predicted_s}))
@@ -96,15 +94,16 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["model"] != STEP_FIT_MODEL]
 
 
-def errors(tables: dict, hw) -> pd.DataFrame:
+def errors(tables: dict, hw, speed: bool = False) -> pd.DataFrame:
     """Per held-out configuration: ``experiment``, ``strategy``, ``model``, ``measured_s``, and the signed errors of
     the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
-    (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``)."""
+    (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``); with
+    ``speed``, the variant that prices each run at the speed its probes measured (:mod:`distperf.measure.speed`)."""
     frame = _frame(tables)
     if hw is None or not len(frame):
         return pd.DataFrame(columns=["experiment", "strategy", "model", "measured_s", "analytical", "profiled"])
-    predicted = rows.with_predictions(frame, hw, check=False)
-    profiled = [profiled_prediction(r, hw) for _, r in frame.iterrows()]
+    predicted = rows.with_predictions(frame, hw, check=False, speed=speed)
+    profiled = [profiled_prediction(r, hw, speed) for _, r in frame.iterrows()]
     out = pd.DataFrame({"experiment": frame.experiment, "strategy": frame.apply(strategy, axis=1),
                         "model": frame["config.model.name"], "measured_s": predicted.measured_s,
                         "analytical": signed_error(predicted.predicted_s, predicted.measured_s),
@@ -116,12 +115,11 @@ def errors(tables: dict, hw) -> pd.DataFrame:
 LAYER_TIMES = "prediction.profiled.layer_times."
 
 
-def profiled_prediction(row, hw) -> float:
+def profiled_prediction(row, hw, speed: bool = False) -> float:
     """The profiled mode's iteration on ``hw``: :func:`distperf.cost.predict` with compute from the times the run
     profiled (its ``prediction.profiled.layer_times.*``: its ranks' parts measured all at once, with their optimizer
-    steps, or one process's per-layer times), every other term from ``hw`` as in the analytical mode (at the run's speed,
-    :mod:`distperf.measure.speed`); NaN where the
-    run had none."""
+    steps, or one process's per-layer times), every other term from ``hw`` as in the analytical mode (with
+    ``speed``, at the run's speed: :mod:`distperf.measure.speed`); NaN where the run had none."""
     from ..cost import predict
     from ..measure.speed import at_speed, of_row
 
@@ -136,7 +134,7 @@ def profiled_prediction(row, hw) -> float:
     if at_once is not None and not pd.isna(at_once):  # the run's ranks measured their parts at once
         times.update(ranks_at_once=int(at_once),
                      optimizer={g: float(row[f"{LAYER_TIMES}optimizer.{g}"]) for g in ("layer_s", "first_s", "last_s")})
-    return predict(rows.config_of_row(row), at_speed(hw, of_row(row)), check=False,
+    return predict(rows.config_of_row(row), at_speed(hw, of_row(row)) if speed else hw, check=False,
                    layer_times=times)["time_s"]["iteration"]
 
 
@@ -404,8 +402,8 @@ def constants_table(hw) -> pd.DataFrame:
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
-         "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: each "
-         "run's own probe over it scales the tables"),
+         "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: a "
+         "run's own probe over it scales the tables in the variant priced at each run's speed"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")
@@ -522,13 +520,14 @@ def speed_ratios(tables: dict, hw) -> pd.DataFrame:
     return held_out(pd.DataFrame(out, columns=columns)).reset_index(drop=True)
 
 
-def speed_sentence(speeds: pd.DataFrame, ablation_table: pd.DataFrame) -> str:
+def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataFrame) -> str:
     """What the runs' speed probes say, in words: each part's run/calibration ratio (median, least, largest), how far
     a run's two probes lie apart (the machine's speed moving within seconds, which no probe outside the steps can
-    follow), and the analytical mode's median and largest |error| before and after the ladder's last step."""
+    follow), and each mode's median and largest |error| without (``plain``, :func:`errors`) and with the runs priced
+    at their own speed (``at_speed``, :func:`errors` with ``speed``)."""
     if not len(speeds):
         return ("no run of this build took a speed probe (its runs, or its calibration, were measured before distperf "
-                "took one), so the ladder's last step changes nothing")
+                "took one)")
     names = {"gemm": "matrix product", "elementwise": "GELU", "python": "module call"}
     parts = "; ".join(f"{names[k]} {speeds[k].median():.2f} ({speeds[k].min():.2f}–{speeds[k].max():.2f})"
                       for k in names)
@@ -537,11 +536,12 @@ def speed_sentence(speeds: pd.DataFrame, ablation_table: pd.DataFrame) -> str:
     text = (f"over {len(speeds)} held-out configurations, the runs' probes took these multiples of the calibration's "
             f"time, median (least–largest): {parts}; a run's probe before its timed steps and the one after them, a "
             f"few seconds apart, differ by a median {apart}")
-    held = held_out(ablation_table)
-    last = held[held.step == SPEED_STEP]
-    before = held[held.order == last.order.min() - 1] if len(last) else last
-    if len(last) and len(before):
-        a, b = before.error.abs(), last.error.abs()
-        text += (f"; priced at each run's speed, the analytical mode's median |error| goes from {a.median():.1%} to "
-                 f"{b.median():.1%}, its largest from {a.max():.0%} to {b.max():.0%}")
+    changes = []
+    for mode in ("analytical", "profiled"):
+        a, b = plain[mode].abs().dropna(), at_speed[mode].abs().dropna()
+        if len(a) and len(b):
+            changes.append(f"the {mode} mode's median |error| would go from {a.median():.1%} to {b.median():.1%} "
+                           f"and its largest from {a.max():.0%} to {b.max():.0%}")
+    if changes:
+        text += "; priced at each run's speed, " + ", and ".join(changes)
     return text

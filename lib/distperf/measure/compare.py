@@ -7,9 +7,8 @@ JSON says which (``prediction.hardware_source``).
 calibrated matrix-product rate (or the measured kernel times), and with compute from profiled forward and backward
 times (:func:`distperf.cost.predict` with ``layer_times``): those the run's own ranks measured, all at once, on their
 own shapes, after the measurement steps (``part_times``, :mod:`distperf.measure.parts`), else one process's
-per-layer times. A calibrated profile's kernel times are first scaled to the speed the machine had during the run
-(its ``speed_probe`` against the calibration's, :mod:`distperf.measure.speed`). Both use the same α-β
-communication terms, with the collective algorithms of the run's backend (gloo's or NCCL's). The prediction counts what the trainer runs
+per-layer times. Both use the same α-β communication terms, with the
+collective algorithms of the run's backend (gloo's or NCCL's). The prediction counts what the trainer runs
 (``convention="trainer"``).
 
 **Errors** are signed and relative, (predicted − measured)/measured
@@ -47,7 +46,6 @@ def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
     ``hardware_source`` and ``profiled`` (time from profiled layer times) added; None for ``none``."""
     from ..cost import predict
     from .profiles import choose_hardware, layer_times_for
-    from .speed import at_speed
 
     opts = result["options"]
     device = opts.get("device", "cpu")
@@ -55,7 +53,6 @@ def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
     hw, side, source = choose_hardware(choice, threads, cfg.layout.world_size, device, cfg.model, cfg.layout.micro_batch)
     if hw is None:
         return None
-    hw = at_speed(hw, result.get("speed_probe"))  # the calibration's kernel times at the speed the run had
     bucket = opts.get("bucket_mb", 25.0) * 2**20
     backend = "gloo" if result.get("backend") == "gloo" else "nccl"
     out = predict(cfg, hw, bucket_bytes=bucket, check=False, backend=backend)
