@@ -175,6 +175,7 @@ class KernelCosts:
         g, e, p = ratios["gemm"], ratios["elementwise"], ratios["python"]
 
         def scaled(table, first, factor):
+            """``table`` with each row's times (its columns from ``first`` on) × ``factor``."""
             return tuple(tuple(row[:first]) + tuple(x * factor for x in row[first:]) for row in table)
 
         return replace(self, linear_fp32=scaled(self.linear_fp32, 1, g), linear_bf16=scaled(self.linear_bf16, 1, g),
