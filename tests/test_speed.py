@@ -109,7 +109,7 @@ def test_the_speed_sentence_reads_the_probes_or_says_there_are_none():
     assert "the analytical mode's median |error| would go from 0.0% to" in text
     assert tm.speed_ratios({"regimes": runs}, HW).empty  # a profile without a probe
     assert tm.speed_sentence(tm.speed_ratios({"regimes": runs}, HW), pd.DataFrame(), pd.DataFrame()).startswith(
-        "no run")
+        "none of its runs")
 
 
 def _probe_in_turn(rank_probes):

@@ -526,8 +526,8 @@ def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataF
     follow), and each mode's median and largest |error| without (``plain``, :func:`errors`) and with the runs priced
     at their own speed (``at_speed``, :func:`errors` with ``speed``)."""
     if not len(speeds):
-        return ("no run of this build took a speed probe (its runs, or its calibration, were measured before distperf "
-                "took one)")
+        return ("none of its runs took a speed probe (they, or its calibration, were measured before distperf took "
+                "one)")
     names = {"gemm": "matrix product", "elementwise": "GELU", "python": "module call"}
     parts = "; ".join(f"{names[k]} {speeds[k].median():.2f} ({speeds[k].min():.2f}–{speeds[k].max():.2f})"
                       for k in names)
@@ -535,7 +535,8 @@ def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataF
                       for k in names)
     text = (f"over {len(speeds)} held-out configurations, the runs' probes took these multiples of the calibration's "
             f"time, median (least–largest): {parts}; a run's probe before its timed steps and the one after them, a "
-            f"few seconds apart, differ by a median {apart}")
+            f"few seconds apart, differ by a median {apart} (how far the machine's speed moves within seconds, "
+            "which a probe outside the timed steps cannot follow)")
     changes = []
     for mode in ("analytical", "profiled"):
         a, b = plain[mode].abs().dropna(), at_speed[mode].abs().dropna()
