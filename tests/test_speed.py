@@ -9,6 +9,7 @@ import pytest
 from distperf.analysis import repeats, rows
 from distperf.analysis import time_model as tm
 from distperf.cost import kernels as kn
+from distperf.cost.kernels import STEP_FIT_MODEL
 from distperf.measure import speed
 from dist_harness import spawn
 from test_analysis_time_model import HW, row
@@ -108,8 +109,11 @@ def test_the_speed_sentence_reads_the_probes_or_says_there_are_none():
     assert "over 2 held-out configurations" in text and "matrix product 1.25 (1.00–1.50)" in text
     assert "the analytical mode's median |error| would go from 0.0% to" in text
     assert tm.speed_ratios({"regimes": runs}, HW).empty  # a profile without a probe
-    assert tm.speed_sentence(tm.speed_ratios({"regimes": runs}, HW), pd.DataFrame(), pd.DataFrame()).startswith(
-        "none of its runs")
+    plain = tm.errors({"regimes": runs}, HW)
+    assert tm.speed_sentence(tm.speed_ratios({"regimes": runs}, HW), plain, plain).startswith("none of its runs")
+    tiny = runs.assign(**{"config.model.name": STEP_FIT_MODEL})  # a smoke build: every run on the fit's preset
+    assert tm.speed_sentence(tm.speed_ratios({"regimes": tiny}, PROBED), tm.errors({"regimes": tiny}, PROBED),
+                             pd.DataFrame()).startswith("it has no held-out configuration")
 
 
 def _probe_in_turn(rank_probes):

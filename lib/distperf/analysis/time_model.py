@@ -525,6 +525,8 @@ def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataF
     a run's two probes lie apart (the machine's speed moving within seconds, which no probe outside the steps can
     follow), and each mode's median and largest |error| without (``plain``, :func:`errors`) and with the runs priced
     at their own speed (``at_speed``, :func:`errors` with ``speed``)."""
+    if not len(plain):
+        return "it has no held-out configuration to price (every run trained the fit's preset)"
     if not len(speeds):
         return ("none of its runs took a speed probe (they, or its calibration, were measured before distperf took "
                 "one)")
