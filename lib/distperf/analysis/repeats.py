@@ -168,8 +168,8 @@ def fold(frame, level: float = LEVEL):
     row of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median
     over the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs,
     ``tokens_per_s`` and the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that
-    median, the speed probe's columns (``speed_probe.*``) their medians over the repeats, and the columns of :func:`by_configuration`'s interval beside them:
-    ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
+    median, the speed probe's columns (``speed_probe.*``) their medians over the repeats, and the columns of
+    :func:`by_configuration`'s interval beside them: ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
     runs = frame[frame["status"] == "ok"] if "status" in frame else frame
     if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
         return runs.copy()
