@@ -30,9 +30,10 @@ import math
 import statistics
 from functools import lru_cache
 
+from ..measure.speed import COLUMN as PROBE
+
 TIME, P10, P90 = "iteration_time_s.median", "iteration_time_s.p10", "iteration_time_s.p90"
 ERRORS = ("error.iteration_time_s.analytical", "error.iteration_time_s.profiled")
-PROBE = "speed_probe."  # distperf.measure.speed.COLUMN
 LEVEL = 0.95
 
 
@@ -169,7 +170,8 @@ def fold(frame, level: float = LEVEL):
     over the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs,
     ``tokens_per_s`` and the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that
     median, the speed probe's columns (``speed_probe.*``) their medians over the repeats, and the columns of
-    :func:`by_configuration`'s interval beside them: ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
+    :func:`by_configuration`'s interval beside them: ``repeats``, ``iteration_time_s.ci_low``,
+    ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
     runs = frame[frame["status"] == "ok"] if "status" in frame else frame
     if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
         return runs.copy()

@@ -99,7 +99,8 @@ def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool 
     """``frame`` with the cost model beside each row: ``prediction`` (the dictionary of
     :func:`distperf.cost.predict` on ``hw`` — with ``speed``, its kernel times scaled to the speed the machine had
     during the row's run where the row and ``hw`` hold speed probes (:mod:`distperf.measure.speed`) —, with the DDP
-    bucket of ``bucket_mb`` MiB per row, a column or one number, else torch's default), ``predicted_s``, ``predicted_exposed_s``, ``measured_s`` (the median step) and
+    bucket of ``bucket_mb`` MiB per row, a column or one number, else torch's default), ``predicted_s``,
+    ``predicted_exposed_s``, ``measured_s`` (the median step) and
     ``profiled_s`` (the run's own prediction from profiled layer times, NaN where it has none)."""
     import numpy as np
 

@@ -678,8 +678,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                                "issues it (conditions.issued)",
                                 "kernels.contention": "conditions.contention",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
-                                           "step_fit, on the tiny preset; kernels.probe: the geometric mean of "
-                                           "speed_probe.before and .after (distperf.measure.speed)"}}
+                                           "step_fit, on the tiny preset; kernels.probe: per part the median "
+                                           "of speed_probe.probes (distperf.measure.speed)"}}
     return hw, sidecar
 
 
