@@ -345,3 +345,49 @@ def test_a_checked_model_does_not_vouch_for_an_equal_one_of_another_type():
     with pytest.raises(ConfigError) as e:
         validate(Config(model=replace(ok, layers=True)))
     assert e.value.field == "layers"
+
+
+# Memory-bound operators over FLOPs (GPU presets) -----------------------------------------------------------
+
+def test_memory_bound_traffic_is_the_papers_stash_count_in_each_pass():
+    from distperf.cost import activations as act
+
+    s, b, h, a, t = 2048, 1, 1024, 16, 4
+    for sp in (False, True):
+        full = act.layer_activation_bytes(s, b, h, a, t, sp, True, 2, "none", "math")
+        no_scores = act.layer_activation_bytes(s, b, h, a, t, sp, True, 2, "selective", "math")
+        scores = full - no_scores
+        assert scores > 0
+        assert act.layer_traffic_bytes(s, b, h, a, t, sp, True, 2, "none", "math") == pytest.approx((full, 2 * full))
+        assert act.layer_traffic_bytes(s, b, h, a, t, sp, True, 2, "full", "math") == pytest.approx((full, 3 * full))
+        assert act.layer_traffic_bytes(s, b, h, a, t, sp, True, 2, "selective", "math") == pytest.approx(
+            (full, 2 * full + scores))
+        # a fused attention never writes the scores: nothing of them to move, nor to recompute
+        assert act.layer_traffic_bytes(s, b, h, a, t, sp, True, 2, "selective", "sdpa") == pytest.approx(
+            (no_scores, 2 * no_scores))
+    # Korthikanti et al.'s sbh(34 + 5as/h) for t = 1
+    assert act.layer_traffic_bytes(s, b, h, a, 1, False, True, 2, "none", "math")[0] == pytest.approx(
+        s * b * h * (34 + 5 * a * s / h))
+
+
+def test_memory_passes_add_the_memory_bound_operators_to_the_compute_over_flops():
+    from distperf.cost import activations as act, stage
+    from distperf.hardware import PRESETS
+
+    spec = ModelSpec(layers=4, hidden=1024, heads=16, vocab=5000, seq=512, dropout=0.1, attention="math")
+    lay, tr = Layout(tp=2, micro_batch=2, recompute="full"), Training(precision="mixed")
+    base = PRESETS["A100-80GB"]
+    span = stage.Span(layers=3, first=False, last=True)
+    plain = stage.compute(spec, lay, tr, base, span)
+    passes = replace(base, memory_passes=2.5)
+    more = stage.compute(spec, lay, tr, passes, span)
+    forward, backward = act.layer_traffic_bytes(512, 2, 1024, 16, 2, False, True, 2, "full", "math")
+    per_byte = 2.5 * 3 / base.memory_bandwidth
+    assert more.forward - plain.forward == pytest.approx(forward * per_byte)
+    assert more.backward - plain.backward == pytest.approx(backward * per_byte)
+    # a rank with no layer moves nothing; the presets leave the term out
+    ends = stage.Span(layers=0, first=True, last=True)
+    assert stage.compute(spec, lay, tr, passes, ends) == stage.compute(spec, lay, tr, base, ends)
+    assert all(hw.memory_passes == 0 for hw in PRESETS.values())
+    cfg = Config(model=spec, layout=lay, training=tr)
+    assert predict(cfg, passes)["time_s"]["iteration"] > predict(cfg, base)["time_s"]["iteration"]

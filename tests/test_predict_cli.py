@@ -141,6 +141,9 @@ def test_bad_input_is_one_line_naming_the_field(capsys, argv, field):
      ' "intra_latency": 1, "inter_bandwidth": 1, "inter_latency": 1, "devices_per_node": 1}', "positive number"),
     ('{"flops_fp32": 1, "flops_16bit": 1, "memory_bandwidth": 1, "memory_capacity": 1, "intra_bandwidth": 1,'
      ' "intra_latency": 1, "inter_bandwidth": 1, "inter_latency": 1, "devices_per_node": 1, "colour": 2}', "unknown field"),
+    ('{"flops_fp32": 1, "flops_16bit": 1, "memory_bandwidth": 1, "memory_capacity": 1, "intra_bandwidth": 1,'
+     ' "intra_latency": 1, "inter_bandwidth": 1, "inter_latency": 1, "devices_per_node": 1, "memory_passes": -2}',
+     "memory_passes must be a positive number"),
 ])
 def test_malformed_hardware_file(capsys, tmp_path, content, rule):
     path = tmp_path / "bad.json"

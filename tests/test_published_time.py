@@ -57,10 +57,12 @@ def test_the_papers_convention_splits_the_head_and_the_pipeline_sends_over_the_t
 def test_the_fit_sees_only_its_own_rows_and_a_validation_row_moves_no_constant(monkeypatch):
     monkeypatch.setattr(pt, "FLOPS_GRID", (0.5, 0.6, 0.7, 0.8))
     monkeypatch.setattr(pt, "LINK_GRID", (0.3, 0.5, 1.0))
+    monkeypatch.setattr(pt, "PASSES_GRID", (0.0, 2.0))
     fit_rows = [c for c in pt.cases() if c.role == "fit"]
     assert pt.fit_subset_check(fit_rows) == []
     assert pt.fit_subset_check(pt.cases()) == [c.item for c in pt.cases() if c.role == "validation"]
     constants = pt.fit(fit_rows)
+    assert len(constants) == 3
     doubled = tuple(dataclasses.replace(c, measured_s=2 * c.measured_s) if c.role == "validation" else c
                     for c in pt.cases())
     monkeypatch.setattr(pt, "cases", lambda: doubled)
@@ -122,3 +124,28 @@ def test_the_planner_gives_each_schedule_its_own_best_plan_at_the_papers_cases()
     row = th.iloc[0]
     assert row["2bw"] > 0 and row["1f1b"] > 0 and row["2BW/Flush"] == pytest.approx(row["2bw"] / row["1f1b"])
     assert 0 <= row["Flush bubble"] < 1
+
+
+def test_the_papers_model_and_data_parallelism_are_megatron_lms(monkeypatch):
+    """Dropout and the unfused attention of both papers' GPT; the gradient all-reduced in one bucket after the
+    backward, so that a data-parallel row's prediction exposes the whole all-reduce."""
+    from distperf.cost.collectives import collective_time
+    from distperf.hardware import PRESETS
+
+    case = next(c for c in pt.cases() if c.item == "megatron-1.7b")
+    assert case.config.model.dropout > 0 and case.config.model.attention == "math"
+    hw = PRESETS[case.hardware]
+    serial = pt.predicted(case, hw)
+    grads = predict(case.config, hw, convention="paper")["parameters"] * 2  # 16-bit gradients
+    lay = case.config.layout
+    assert serial["communication_exposed"] == pytest.approx(collective_time("all-reduce", grads, lay.dp,
+                                                                            *hw.link(lay.dp)), rel=1e-6)
+
+
+def test_a_constant_on_the_edge_of_its_grid_is_named_with_the_error_one_step_beyond(monkeypatch):
+    rows = [c for c in pt.cases() if c.role == "fit"][:3]
+    inside = (pt.FLOPS_GRID[10], pt.LINK_GRID[5], pt.PASSES_GRID[4])
+    assert pt.edge_text(inside, rows) == "no constant lies on an edge of its grid"
+    text = pt.edge_text((pt.FLOPS_GRID[10], pt.LINK_GRID[-1], pt.PASSES_GRID[0]), rows)
+    assert "links' fraction of the datasheet lies at the grid's upper end (1); one step beyond (1.05)" in text
+    assert "memory-bound passes lies at the grid's lower end (0); one step beyond (-0.25)" in text

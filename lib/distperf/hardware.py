@@ -7,14 +7,15 @@ and the α-β parameters (latency, bandwidth per direction) of the links inside 
 Preset numbers are vendor datasheet peaks (dense, no sparsity); fp32 means plain fp32 (no TF32, as
 PyTorch's default for matrix products); "16bit" is fp16/bf16 tensor-core peak. Intra-node bandwidth
 is NVLink per direction; inter-node bandwidth is one NIC per GPU. Latencies are order-of-magnitude
-assumptions, not measurements. ``flops_efficiency`` is 1.0 in presets: an uncalibrated prediction is
-an ideal lower bound on time.
+assumptions, not measurements. ``flops_efficiency`` is 1.0 and ``memory_passes`` 0 in presets (the
+memory-bound operators are left out, :func:`distperf.cost.activations.layer_traffic_bytes`): an uncalibrated
+prediction is an ideal lower bound on time.
 
-A profile file is a JSON object with exactly the fields of :class:`Hardware` (``flops_efficiency`` and
-``kernels`` optional); ``python -m distperf calibrate`` writes one for this machine. ``kernels``
-(:class:`distperf.cost.kernels.KernelCosts`: the measured time of each kind of kernel by shape) switches the
-compute term from FLOPs over one rate to the kernels a step launches; ``collectives`` ([kind, α, β] rows) times
-each kind of collective inside a node with its own fit; the presets have neither.
+A profile file is a JSON object with exactly the fields of :class:`Hardware` (``flops_efficiency``,
+``memory_passes`` and ``kernels`` optional); ``python -m distperf calibrate`` writes one for this machine.
+``kernels`` (:class:`distperf.cost.kernels.KernelCosts`: the measured time of each kind of kernel by shape)
+switches the compute term from FLOPs over one rate to the kernels a step launches; ``collectives`` ([kind, α, β]
+rows) times each kind of collective inside a node with its own fit; the presets have neither.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class Hardware:
     inter_latency: float  # s per message between nodes
     devices_per_node: int
     flops_efficiency: float = 1.0  # achieved / peak for the model's matrix products
+    memory_passes: float = 0.0  # memory-bound traffic per layer in stashed bytes (cost.activations); 0: left out
     kernels: KernelCosts | None = None  # measured kernel times by shape (calibrate), else FLOPs over the rate
     collectives: tuple = ()  # ((kind, α s, β bytes/s), …): each collective as a step issues it, inside a node
     collectives_on: tuple = ()  # (intra_latency, intra_bandwidth) of the calibration the fits belong to
@@ -119,7 +121,8 @@ def load_profile(path: str | Path) -> Hardware:
     if unknown:
         raise ConfigError("hardware", f"{path}: unknown field(s) {', '.join(unknown)}")
     missing = [n for n, f in known.items()
-               if n not in data and n not in ("name", "flops_efficiency", "kernels", "collectives", "collectives_on")]
+               if n not in data and n not in ("name", "flops_efficiency", "memory_passes", "kernels", "collectives",
+                                           "collectives_on")]
     if missing:
         raise ConfigError("hardware", f"{path}: missing field(s) {', '.join(missing)}")
     name = data.get("name", path.stem)
@@ -151,6 +154,8 @@ def load_profile(path: str | Path) -> Hardware:
         if name in ("name", "kernels", "collectives", "collectives_on") or name not in data:
             continue
         value = data[name]
+        if name == "memory_passes" and value == 0:  # 0 leaves the memory-bound operators out
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ConfigError("hardware", f"{path}: {name} must be a positive number, got {value!r}")
         if name == "devices_per_node" and int(value) != value:

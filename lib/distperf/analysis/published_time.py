@@ -11,13 +11,20 @@ both in ``data/published/`` (values in ``values.csv``, layouts in ``layouts.csv`
   recomputation and with sequence parallelism + selective recomputation.
 
 The prediction is :func:`distperf.cost.predict` under the papers' convention (mixed precision, Adam, Megatron-LM's
-vocabulary-parallel head and scatter/gather pipeline sends) on the ``A100-80GB`` preset. The preset's datasheet
-rates make it a lower bound; two constants scale it to what such a cluster achieves: ``flops_efficiency`` (the
-fraction of the 16-bit peak the matrix products reach) and ``link_efficiency`` (the fraction of the datasheet
-bandwidths, NVLink and InfiniBand alike, that collectives and sends reach). :func:`fit` finds the pair that
-minimises the mean |signed error| on the FIT rows only (a grid, so the result does not depend on a starting
-point); the VALIDATE rows are then predicted with it, never having been seen. A test checks that changing a
-validation row changes no fitted constant.
+vocabulary-parallel head and scatter/gather pipeline sends) on the ``A100-80GB`` preset, for the model both papers
+trained (Megatron-LM's GPT: dropout 0.1, the unfused attention whose s×s scores Korthikanti et al. count) and with
+Megatron-LM's data parallelism of the time: its ``local`` DDP accumulates every gradient into one contiguous
+buffer and all-reduces that buffer once the backward is over (``allreduce_gradients`` after the forward-backward
+pass in ``train_step``), so nothing of it overlaps: one bucket (:data:`ONE_BUCKET`).
+
+The preset's datasheet rates make it a lower bound; three constants scale it to what such a cluster achieves:
+``flops_efficiency`` (the fraction of the 16-bit peak the matrix products reach), ``link_efficiency`` (the
+fraction of the datasheet bandwidths, NVLink and InfiniBand alike, that collectives and sends reach) and
+``memory_passes`` (the memory-bound operators' traffic in units of the bytes a layer stashes, at the HBM
+bandwidth: :func:`distperf.cost.activations.layer_traffic_bytes`). :func:`fit` finds the three that minimise the
+mean |signed error| on the FIT rows only (a grid, so the result does not depend on a starting point); the VALIDATE
+rows are then predicted with them, never having been seen. A test checks that changing a validation row changes no
+fitted constant.
 """
 from __future__ import annotations
 
@@ -40,9 +47,12 @@ FIT = ("narayanan2021efficient", "Table 1")
 VALIDATE = ("korthikanti2022reducing", "Table 5")
 ROLES = {FIT: "fit", VALIDATE: "validation"}
 QUANTITIES = ("iteration time", "achieved teraFLOP/s per GPU")  # the published rows that are times or rates
-# the grid of the two constants: 0.30 … 1.00 of the datasheet's FLOP/s and 0.10 … 1.00 of its bandwidths
+# the grid of the three constants: 0.30 … 1.00 of the datasheet's FLOP/s, 0.10 … 1.00 of its bandwidths, and
+# 0 … 4 passes over the stashed bytes
 FLOPS_GRID = tuple(round(0.30 + 0.01 * i, 2) for i in range(71))
 LINK_GRID = tuple(round(0.10 + 0.05 * i, 2) for i in range(19))
+PASSES_GRID = tuple(0.25 * i for i in range(17))
+ONE_BUCKET = 1e18  # bytes: the whole gradient in one all-reduce after the backward (Megatron-LM's local DDP)
 
 
 @dataclass(frozen=True)
@@ -70,8 +80,9 @@ def layouts() -> dict[str, dict]:
 
 
 def config_of(layout: dict) -> Config:
-    """The :class:`~distperf.config.Config` of a published layout: its model, its parallel layout (data-parallel
-    degree N / (t·p)), batch, schedule, recomputation, sequence parallelism, and mixed precision with Adam."""
+    """The :class:`~distperf.config.Config` of a published layout: its model (dropout 0.1 and the unfused attention
+    of Megatron-LM's GPT), its parallel layout (data-parallel degree N / (t·p)), batch, schedule, recomputation,
+    sequence parallelism, and mixed precision with Adam."""
     from ..flags import add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
@@ -81,7 +92,8 @@ def config_of(layout: dict) -> Config:
             "--heads", layout["heads"], "--vocab", layout["vocab"], "--seq", layout["seq"],
             "--tp", str(tp), "--pp", str(pp), "--dp", str(gpus // (tp * pp)),
             "--micro-batch", layout["micro_batch"], "--global-batch", layout["global_batch"],
-            "--recompute", layout["recompute"], "--precision", "mixed", "--optimizer", "adam"]
+            "--recompute", layout["recompute"], "--precision", "mixed", "--optimizer", "adam",
+            "--dropout", "--attention", "math"]
     if layout["schedule"] != "none":
         args += ["--schedule", layout["schedule"], "--chunks", layout["chunks"]]
     if layout["sequence_parallel"] == "1":
@@ -119,16 +131,19 @@ def cases() -> tuple[Case, ...]:
     return tuple(out)
 
 
-def scaled(hw: Hardware, flops_efficiency: float, link_efficiency: float) -> Hardware:
-    """``hw`` with its matrix rate and link bandwidths scaled (the two fitted constants)."""
+def scaled(hw: Hardware, flops_efficiency: float, link_efficiency: float, memory_passes: float = 0.0) -> Hardware:
+    """``hw`` with its matrix rate and link bandwidths scaled and its memory-bound passes set (the fitted
+    constants)."""
     return dataclasses.replace(hw, name=f"{hw.name} (fitted)", flops_efficiency=flops_efficiency,
                                intra_bandwidth=hw.intra_bandwidth * link_efficiency,
-                               inter_bandwidth=hw.inter_bandwidth * link_efficiency)
+                               inter_bandwidth=hw.inter_bandwidth * link_efficiency, memory_passes=memory_passes)
 
 
 def predicted(case: Case, hw: Hardware | None = None) -> dict:
-    """The cost model's time terms for ``case`` on ``hw`` (default: its datasheet preset), papers' convention."""
-    result = predict(case.config, hw or PRESETS[case.hardware], convention="paper", backend="nccl")
+    """The cost model's time terms for ``case`` on ``hw`` (default: its datasheet preset), papers' convention, the
+    gradients all-reduced in one bucket after the backward."""
+    result = predict(case.config, hw or PRESETS[case.hardware], bucket_bytes=ONE_BUCKET, convention="paper",
+                     backend="nccl")
     return result["time_s"]
 
 
@@ -140,28 +155,53 @@ def mean_abs_error(rows, hw: Hardware) -> float:
     return sum(abs(signed_error(predicted(c, hw)["iteration"], c.measured_s)) for c in rows) / len(rows)
 
 
-def fit(rows) -> tuple[float, float]:
-    """(flops_efficiency, link_efficiency) that minimise the mean |signed error| of ``rows`` (all on one preset) on
-    :data:`FLOPS_GRID` × :data:`LINK_GRID`: every fifth and every second point of the grid first, then every point
-    within one coarse step of the best of those (a tenth of the work of the whole grid); ties go to the first."""
+def fit(rows) -> tuple[float, float, float]:
+    """(flops_efficiency, link_efficiency, memory_passes) that minimise the mean |signed error| of ``rows`` (all on
+    one preset) on :data:`FLOPS_GRID` × :data:`LINK_GRID` × :data:`PASSES_GRID`: every fifth, second and fourth
+    point of the grid first, then every point within one coarse step of the best of those (a twentieth of the
+    work of the whole grid); ties go to the first."""
     rows = tuple(rows)
     base = PRESETS[rows[0].hardware]
     if any(c.hardware != base.name for c in rows):
         raise ValueError("fit: every row must be on the same hardware")
 
-    def best(flops, links):
-        return min(((mean_abs_error(rows, scaled(base, f, k)), f, k) for f in flops for k in links),
-                   key=lambda x: x[0])
+    def best(flops, links, passes):
+        return min(((mean_abs_error(rows, scaled(base, f, k, m)), f, k, m)
+                    for f in flops for k in links for m in passes), key=lambda x: x[0])
 
-    _, f0, k0 = best(FLOPS_GRID[::5], LINK_GRID[::2])
-    i, j = FLOPS_GRID.index(f0), LINK_GRID.index(k0)
-    _, f, k = best(FLOPS_GRID[max(0, i - 5):i + 6], LINK_GRID[max(0, j - 2):j + 3])
-    return f, k
+    _, f0, k0, m0 = best(FLOPS_GRID[::5], LINK_GRID[::2], PASSES_GRID[::4])
+    i, j, n = FLOPS_GRID.index(f0), LINK_GRID.index(k0), PASSES_GRID.index(m0)
+    _, f, k, m = best(FLOPS_GRID[max(0, i - 5):i + 6], LINK_GRID[max(0, j - 2):j + 3],
+                      PASSES_GRID[max(0, n - 4):n + 5])
+    return f, k, m
+
+
+def edge_text(constants: tuple[float, float, float], rows) -> str:
+    """Which fitted constants lie on an edge of their grid, and for each the fit ``rows``' mean |signed error| one
+    grid step beyond it against at it (whether the data would take the constant further than the grid lets it)."""
+    names = ("the matrix products' fraction of the peak", "the links' fraction of the datasheet",
+             "the memory-bound passes")
+    rows = tuple(rows)
+    base = PRESETS[rows[0].hardware]
+    at = mean_abs_error(rows, scaled(base, *constants))
+    edges = []
+    for i, (name, grid) in enumerate(zip(names, (FLOPS_GRID, LINK_GRID, PASSES_GRID))):
+        value = constants[i]
+        if value not in (grid[0], grid[-1]):
+            continue
+        upper = value == grid[-1]
+        beyond = list(constants)
+        beyond[i] = value + (grid[-1] - grid[-2] if upper else grid[0] - grid[1])
+        error = mean_abs_error(rows, scaled(base, *beyond))
+        edges.append(f"{name} lies at the grid's {'upper' if upper else 'lower'} end ({value:g}); one step beyond "
+                     f"({beyond[i]:g}) the fit rows' mean |error| would be {error:.2%} against {at:.2%}")
+    return "; ".join(edges) if edges else "no constant lies on an edge of its grid"
 
 
 def table(constants: tuple[float, float]) -> pd.DataFrame:
     """One row per published measurement: its role (fit or validation), measured seconds, and the prediction with
-    the datasheet preset and with the fitted constants, each with its signed error and time terms."""
+    the datasheet preset and with the fitted ``constants`` (:func:`fit`), each with its signed error and time
+    terms."""
     rows = []
     for c in cases():
         base = PRESETS[c.hardware]

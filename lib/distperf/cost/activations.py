@@ -77,6 +77,27 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool 
     return replicated + parallel + scores
 
 
+def layer_traffic_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, dropout: bool, value_bytes: int,
+                        recompute: str, attention: str, ffn: int | None = None) -> tuple[float, float]:
+    """(forward, backward) bytes that one layer's memory-bound operators move per microbatch on one rank, in units
+    of what the layer stashes without recomputation (:func:`layer_terms`): LayerNorms, dropouts, GeLU, residual
+    additions and the softmax each read and write tensors of the sizes Korthikanti et al. count, so their traffic
+    is that count times a number of passes (``Hardware.memory_passes``, fitted: fused kernels make fewer passes).
+
+        forward  = R + P + S        (R replicated region, P tensor-parallel region, S the s×s scores; S = 0 for a
+                                     fused attention, which never writes the scores to memory)
+        backward = 2·forward + recomputed,  recomputed = forward (full), S (selective), 0 (none)
+
+    the backward reading the saved tensors and the incoming gradient and writing the outgoing one. The time is
+    memory_passes · bytes / memory_bandwidth (:func:`distperf.cost.stage.compute`; the chapter "Against
+    published step times" fits memory_passes)."""
+    replicated, parallel, scores = layer_terms(s, b, h, a, t, sp, dropout, value_bytes, ffn)
+    scores = 0.0 if attention == "sdpa" else scores
+    forward = replicated + parallel + scores
+    recomputed = forward if recompute == "full" else scores if recompute == "selective" else 0.0
+    return forward, 2 * forward + recomputed
+
+
 def recompute_working_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, dropout: bool, value_bytes: int,
                             recompute: str, attention: str = "math", ffn: int | None = None) -> float:
     """Transient bytes while one recomputed layer runs its backward, as the papers count: the whole layer's

@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 from ..config import TWOBW_ENGINE, Layout, ModelSpec, Training
 from ..hardware import Hardware
+from . import activations as act
 from . import flops as fl
 from . import kernels as kn
 from . import parameters as par
@@ -187,7 +188,10 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
     the 1/t nor the contention factor.
 
     With the hardware's measured ``kernels`` (and no profiled times): the kernels one microbatch launches on the
-    rank, each at its measured time (:func:`kernel_classes`), contended when several ranks share the machine."""
+    rank, each at its measured time (:func:`kernel_classes`), contended when several ranks share the machine.
+
+    Over FLOPs, a hardware with ``memory_passes`` adds its layers' memory-bound operators: memory_passes ×
+    :func:`distperf.cost.activations.layer_traffic_bytes` / memory_bandwidth, forward and backward."""
     b, s, h, ffn, t, rc = lay.micro_batch, spec.seq, spec.hidden, spec.ffn, lay.tp, lay.recompute
     if times is None and hw.kernels is not None:
         classes = kernel_classes(spec, lay, tr, hw.kernels, span)
@@ -208,8 +212,13 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
     rate = hw.flops(tr.precision)
     forward = span.layers * fl.layer_forward_flops(b, s, h, ffn) / t + \
         (fl.head_forward_flops(b, s, h, spec.vocab) / (t if vocab_parallel else 1) if span.last else 0)
-    return Compute(forward=forward / rate,
-                   backward=(2 * forward + span.layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t) / rate)
+    backward = 2 * forward + span.layers * fl.recompute_forward_flops(b, s, h, ffn, rc) / t
+    if not hw.memory_passes or not span.layers:
+        return Compute(forward=forward / rate, backward=backward / rate)
+    moved = act.layer_traffic_bytes(s, b, h, spec.heads, t, lay.sequence_parallel, spec.dropout > 0,
+                                    2 if tr.precision == "mixed" else 4, rc, spec.attention, ffn)
+    per_byte = hw.memory_passes * span.layers / hw.memory_bandwidth
+    return Compute(forward=forward / rate + moved[0] * per_byte, backward=backward / rate + moved[1] * per_byte)
 
 
 def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelCosts, span: Span) -> dict:
