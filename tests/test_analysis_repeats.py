@@ -98,6 +98,24 @@ def test_fold_gives_one_row_per_configuration_with_the_median_over_repeats():
     assert len(repeats.fold(plain)) == 5  # no repeats: the ok rows as they are
 
 
+def test_fold_takes_the_profiled_mode_from_every_repeat_whose_ranks_timed_their_parts():
+    layer, iteration = "prediction.profiled.layer_times.layer.forward_s", "prediction.profiled.time_s.iteration"
+    rows = [_row("a", 0, 1.0), _row("a", 1, 1.2), _row("a", 2, 1.6),  # every repeat timed its own parts
+            _row("b", 0, 2.0), _row("b", 1, 2.4), _row("b", 2, 2.2)]  # an older table: repeat 0 only
+    for r, (part, predicted, at_once) in zip(rows, [(1.0, 0.9, 2), (3.0, 1.5, 2), (2.0, 1.1, 2),
+                                                    (5.0, 2.5, 2), (9.0, 9.0, None), (7.0, 7.0, None)]):
+        r.update({layer: part, iteration: predicted, repeats.AT_ONCE: at_once,
+                  "prediction.profiled.layer_times_source": "the run's ranks" if at_once else "one process",
+                  "error.iteration_time_s.profiled": predicted / r[repeats.TIME] - 1})
+    folded = repeats.fold(pd.DataFrame(rows)).set_index("config_hash")
+    a, b = folded.loc["a"], folded.loc["b"]
+    assert a[layer] == 2.0 and a[iteration] == 1.1  # medians over the three repeats
+    assert a["error.iteration_time_s.profiled"] == pytest.approx(1.1 / 1.2 - 1)
+    assert b[layer] == 5.0 and b[iteration] == 2.5  # the one-process times of later repeats are not mixed in
+    assert b["error.iteration_time_s.profiled"] == pytest.approx(2.5 / 2.2 - 1)
+    assert b["prediction.profiled.layer_times_source"] == "the run's ranks"
+
+
 def test_spread_and_its_permutation_p_value():
     assert repeats.spread([[1.0, 1.0], [2.0, 2.0], []]) == pytest.approx(1.0)
     assert math.isnan(repeats.spread([[1.0]]))

@@ -89,6 +89,8 @@ def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run
     (r2, p2), (pp, ppp), (r1, p1) = (run("dp", "--dp", "2"), run("pp", "--pp", "2", "--microbatches", "2"),
                                      run("one", "--micro-batch", "2"))
     assert r2["config"]["layout"]["dp"] == 2 and r2["backend"] == "gloo" and r2["world_size"] == 2
+    # without measuring, a run still times its ranks' parts (each repeat of a sweep profiles itself)
+    assert "memory_bytes" not in r2 and r2["part_times"]["ranks_at_once"] == 2
     initial = {n: p.detach() for n, p in build_model(presets.model("tiny"), 0).named_parameters()}
     assert set(p1) == set(initial)
     assert relative_error(torch.cat([p1[n].ravel() for n in p1]), torch.cat([initial[n].ravel() for n in p1])) > (

@@ -34,6 +34,8 @@ from ..measure.speed import COLUMN as PROBE
 
 TIME, P10, P90 = "iteration_time_s.median", "iteration_time_s.p10", "iteration_time_s.p90"
 ERRORS = ("error.iteration_time_s.analytical", "error.iteration_time_s.profiled")
+PROFILED = "prediction.profiled."  # the profiled mode: its part times and the prediction composed from them
+AT_ONCE = "prediction.profiled.layer_times.ranks_at_once"  # set where the run's own ranks timed the parts
 LEVEL = 0.95
 
 
@@ -169,8 +171,10 @@ def fold(frame, level: float = LEVEL):
     row of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median
     over the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs,
     ``tokens_per_s`` and the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that
-    median, the speed probe's columns (``speed_probe.*``) their medians over the repeats, and the columns of
-    :func:`by_configuration`'s interval beside them: ``repeats``, ``iteration_time_s.ci_low``,
+    median, the speed probe's columns (``speed_probe.*``) their medians over the repeats, the profiled mode's
+    numbers (``prediction.profiled.*``: the part times and the iteration composed from them) their medians over
+    the repeats whose own ranks timed the parts (where repeat 0's did; older tables timed them in repeat 0 only),
+    and the columns of :func:`by_configuration`'s interval beside them: ``repeats``, ``iteration_time_s.ci_low``,
     ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
     runs = frame[frame["status"] == "ok"] if "status" in frame else frame
     if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
@@ -192,6 +196,8 @@ def fold(frame, level: float = LEVEL):
     if probes:  # the machine's speed during the repeats, beside the median of their times
         per_probe = runs[keys + probes].astype({c: float for c in probes}).groupby(keys, dropna=False)[probes].median()
         first[probes] = per_probe.reindex(index).to_numpy()
+    if AT_ONCE in runs:
+        _fold_profiled(runs, first, keys, median)
     for column, name in ((P10, "p10_s"), (P90, "p90_s")):
         if column in first:
             first[column] = per[name].reindex(index).to_numpy()
@@ -199,6 +205,25 @@ def fold(frame, level: float = LEVEL):
     for column, name in (("ci_low", "ci_low_s"), ("ci_high", "ci_high_s"), ("ci_half_rel", "ci_half_rel")):
         first[f"iteration_time_s.{column}"] = per[name].reindex(index).to_numpy()
     return first
+
+
+def _fold_profiled(runs, first, keys: list, median) -> None:
+    """In ``first`` (one row per configuration, in place): the profiled mode's numeric columns as their medians over
+    the repeats whose ranks timed their own parts, where the first repeat's did, and the profiled error for the
+    median iteration ``median`` (seconds, aligned with ``first``)."""
+    import pandas as pd
+
+    columns = [c for c in runs.columns if c.startswith(PROFILED) and c != AT_ONCE
+               and pd.api.types.is_numeric_dtype(runs[c])]
+    own = runs[runs[AT_ONCE].notna()]
+    mask = first[AT_ONCE].notna().to_numpy()
+    if not columns or not mask.any():
+        return
+    per = own[keys + columns].groupby(keys, dropna=False)[columns].median()
+    first.loc[mask, columns] = per.reindex(first.loc[mask].set_index(keys).index).to_numpy()
+    iteration, error = PROFILED + "time_s.iteration", ERRORS[1]
+    if iteration in first and error in first:
+        first.loc[mask, error] = first.loc[mask, iteration].astype(float) / median[mask] - 1
 
 
 def spread_summary(per_configuration, goal: float = 0.05) -> dict:

@@ -16,8 +16,10 @@ its threads: :func:`distperf.launch.pin_rank`). Unless ``--no-measure``, three m
 timed ones measure ``memory_bytes`` (peak bytes by category of the most loaded rank, the keys of
 ``predict`` plus temporaries, with every rank's in ``per_rank``) and ``communication`` (``bytes``,
 ``sent_bytes``, ``time_s``, ``exposed_s`` by kind; :mod:`distperf.measure.steps`, ``measured_steps``).
-Then, in this process, ``prediction`` (the cost model on this machine's hardware profile, ``--hardware``)
-and ``error`` (signed relative errors; :mod:`distperf.measure.compare`).
+An fp32 run, measuring or not, ends by timing what each of its ranks computes, all ranks at once (``part_times``,
+:mod:`distperf.measure.parts`). Then, in this process, ``prediction`` (the cost model on this machine's hardware
+profile, ``--hardware``, and the profiled mode from those parts) and ``error`` (signed relative errors;
+:mod:`distperf.measure.compare`).
 
 With ``--network nodes=N,ranks_per_node=R,inter=RATE`` (or ``--network-like PRESET``) the ranks run as
 the hosts of an emulated cluster (:mod:`distperf.emulation`): one torchrun per node inside its network

@@ -211,8 +211,9 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
             return x.to(device), y.to(device)
 
         result.update(measure(trainer, next_batch, opts.steps, distributed))
-        if cfg.training.precision == "fp32":  # the profiled mode's compute, every rank at once (measure.parts)
-            from ..measure.parts import part_times
+    if cfg.training.precision == "fp32":  # the profiled mode's compute, every rank at once (measure.parts)
+        from ..measure.parts import part_times
 
-            result["part_times"] = part_times(cfg, device, distributed)
+        # in every run, measuring or not: each repeat of a sweep pairs its time with parts timed in its own processes
+        result["part_times"] = part_times(cfg, device, distributed)
     return result
