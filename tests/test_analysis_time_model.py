@@ -67,6 +67,21 @@ def test_the_ablation_ladder_ends_at_the_full_model():
     assert len(tm.ablation(tables(), replace(HW, kernels=None))) == 0  # no kernels: no ladder
 
 
+def test_the_contention_rounds_reprice_the_analytical_mode_round_by_round():
+    k = HW.kernels
+    side = {"conditions": {"contention_rounds": [{"compute": k.contention_compute, "memory": k.contention_memory},
+                                                 {"compute": 3.0, "memory": 3.0}]}}
+    text = tm.contention_sensitivity(tables(), HW, side)
+    same = tm.errors(tables(), HW).analytical.abs()
+    slow = tm.errors(tables(), replace(HW, kernels=replace(k, contention_compute=3.0, contention_memory=3.0)))
+    assert slow.analytical.abs().median() != pytest.approx(same.median())  # contended runs price differently
+    first = f"{k.contention_compute:.2f}× and {k.contention_memory:.2f}×: {same.median():.1%}"
+    assert text.startswith("priced with each of the calibration's 2 rounds") and text.count(first) == 2
+    assert f"3.00× and 3.00×: {slow.analytical.abs().median():.1%}" in text
+    assert tm.contention_sensitivity(tables(), HW, None) == "the calibration kept no rounds of its contention probe"
+    assert tm.contention_sensitivity(tables(), HW, {"conditions": {}}).startswith("the calibration kept no rounds")
+
+
 def test_errors_leave_out_the_fit_preset():
     errs = tm.errors(tables(), HW)
     assert STEP_FIT_MODEL not in set(errs.model) and len(errs) == 3

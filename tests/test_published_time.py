@@ -149,3 +149,16 @@ def test_a_constant_on_the_edge_of_its_grid_is_named_with_the_error_one_step_bey
     text = pt.edge_text((pt.FLOPS_GRID[10], pt.LINK_GRID[-1], pt.PASSES_GRID[0]), rows)
     assert "links' fraction of the datasheet lies at the grid's upper end (1); one step beyond (1.05)" in text
     assert "memory-bound passes lies at the grid's lower end (0); one step beyond (-0.25)" in text
+
+
+def test_the_fitted_preset_is_a_profile_that_predict_reads_back(tmp_path):
+    from distperf.hardware import PRESETS, load_profile, save_profile
+
+    fitted = pt.scaled(PRESETS["A100-80GB"], 0.7, 0.5, 2.0)
+    save_profile(fitted, tmp_path / "hw.json")
+    assert load_profile(tmp_path / "hw.json") == fitted
+    plain = pt.scaled(PRESETS["A100-80GB"], 0.7, 0.5)  # no memory-bound passes: 0 reads back as 0
+    save_profile(plain, tmp_path / "plain.json")
+    assert load_profile(tmp_path / "plain.json") == plain
+    case = next(c for c in pt.cases() if c.role == "validation")
+    assert pt.predicted(case, fitted)["iteration"] > pt.predicted(case, plain)["iteration"]

@@ -446,6 +446,26 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     return pd.DataFrame(out, columns=columns)
 
 
+def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
+    """What the contention ratios alone do to the analytical mode, in words: its median and largest |error| over the
+    held-out configurations priced with each round's compute and memory-bound contention ratios of the calibration
+    (its sidecar's ``conditions.contention_rounds``) in place of the profile's, every other constant as profiled."""
+    rounds = ((side or {}).get("conditions") or {}).get("contention_rounds") or []
+    if hw is None or hw.kernels is None or not rounds:
+        return "the calibration kept no rounds of its contention probe"
+
+    def priced(compute: float, memory: float) -> str:
+        costs = replace(hw.kernels, contention_compute=compute, contention_memory=memory)
+        found = errors(tables, replace(hw, kernels=costs)).analytical.abs()
+        return f"{compute:.2f}× and {memory:.2f}×: {found.median():.1%} (largest {found.max():.0%})"
+
+    k = hw.kernels
+    shown = "; ".join(priced(r["compute"], r["memory"]) for r in rounds if "compute" in r and "memory" in r)
+    return (f"priced with each of the calibration's {len(rounds)} rounds of contention ratios (compute-bound and "
+            f"memory-bound work with every rank running) instead of their median, the analytical mode's median "
+            f"|error| would be {shown}; with the profile's {priced(k.contention_compute, k.contention_memory)}")
+
+
 def instruments_sentence(exposed: pd.DataFrame) -> str:
     """How far the two measurements of exposed communication of :func:`exposed_errors` lie apart (the communication
     step's waits and the breakdown step's communication class), and the model's error against each, in words."""

@@ -287,7 +287,8 @@ RULES = {rule.chapter: rule for rule in (
         _every("twobw_ratios", "PipeDream-2BW's published speed-ups (over PipeDream-Flush and GPipe) that the "
                "framework's planner predicts within 15 % at the paper's scale",
                "the 2BW speed-ups are reproduced at the paper's scale", "some 2BW speed-up is not reproduced"))),
-    Rule("papers_scale", "Does the framework reproduce the papers' published values?", (
+    Rule("papers_scale",
+         "Does the framework reproduce the papers' published parameter counts and model-state bytes?", (
         _every("counts_exact", "counts (parameters, model states, stages) equal to the real modules'",
                "the counts are exact", "some count is off"),
         _every("published_agree", "published values matched at the precision the paper prints",
