@@ -127,4 +127,35 @@ def _probe_in_turn(rank_probes):
 def test_every_rank_probes_and_the_slowest_counts():
     probes = [{"gemm_s": 1.0, "elementwise_s": 5.0, "python_s": 1.0}, {"gemm_s": 2.0, "elementwise_s": 1.0,
                                                                      "python_s": 3.0}]
-    assert spawn(_probe_in_turn, 2, probes) == [{"gemm_s": 2.0, "elementwise_s": 5.0, "python_s": 3.0}] * 2
+    found = spawn(_probe_in_turn, 2, probes)
+    assert [{k: f[k] for k in speed.PARTS} for f in found] == [{"gemm_s": 2.0, "elementwise_s": 5.0, "python_s": 3.0}] * 2
+    # and the ranks' contention, read on rank 0 and shared: together over alone, at least 1
+    assert found[0] == found[1] and all(found[0][k] >= 1.0 and math.isfinite(found[0][k]) for k in speed.CONTENTION)
+
+
+def test_a_run_is_priced_with_its_own_contention_where_it_measured_one():
+    both = {**PROBE, "contention_memory": 2.0, "contention_compute": 3.0}
+    assert speed.combine(both, {**both, "contention_compute": 12.0})["contention_compute"] == pytest.approx(6.0)
+    assert set(speed.combine(both, PROBE)) == set(speed.PARTS)  # one reading alone is no pair
+    costs = speed.at_contention(HW, both).kernels
+    assert (costs.contention_memory, costs.contention_compute) == (2.0, 3.0)
+    assert replace(costs, contention_memory=HW.kernels.contention_memory,
+                   contention_compute=HW.kernels.contention_compute) == HW.kernels  # nothing else moves
+    for run in (None, PROBE, {**both, "contention_compute": float("nan")}):
+        assert speed.at_contention(HW, run) is HW
+    gpu = replace(HW, kernels=None)
+    assert speed.at_contention(gpu, both) is gpu
+
+    contended = {f"{speed.COLUMN}contention_memory": 3.0, f"{speed.COLUMN}contention_compute": 3.0}
+    frame = pd.DataFrame([{**with_probe(row("small", 1.0, dp=2)), **contended},
+                          {**with_probe(row("small", 1.0)), f"{speed.COLUMN}contention_memory": math.nan,
+                           f"{speed.COLUMN}contention_compute": math.nan}])
+    plain, own = tm.errors({"regimes": frame}, HW), tm.errors({"regimes": frame}, HW, contention=True)
+    assert own.analytical.iloc[0] > plain.analytical.iloc[0] + 0.1  # three times contended: slower
+    assert own.analytical.iloc[1] == pytest.approx(plain.analytical.iloc[1])  # one rank: nothing to contend
+    assert own.profiled.equals(plain.profiled)
+    text = tm.contention_sentence({"regimes": frame}, HW, plain, own)
+    assert text.startswith("over 1 held-out configurations of several ranks") and "compute-bound 3.00×" in text
+    assert f"against the calibration's {HW.kernels.contention_compute:.2f}×" in text
+    before = frame.drop(columns=list(contended))
+    assert tm.contention_sentence({"regimes": before}, HW, plain, plain).startswith("none of its runs measured")

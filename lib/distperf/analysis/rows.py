@@ -95,10 +95,11 @@ def global_batch(frame):
     return frame["config.layout.micro_batch"] * frame["config.layout.microbatches"] * frame["config.layout.dp"]
 
 
-def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = False):
+def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = False, contention: bool = False):
     """``frame`` with the cost model beside each row: ``prediction`` (the dictionary of
     :func:`distperf.cost.predict` on ``hw`` — with ``speed``, its kernel times scaled to the speed the machine had
-    during the row's run where the row and ``hw`` hold speed probes (:mod:`distperf.measure.speed`) —, with the DDP
+    during the row's run where the row and ``hw`` hold speed probes, with ``contention`` the contention ratios
+    the row's ranks measured in place of the calibration's (:mod:`distperf.measure.speed`) —, with the DDP
     bucket of ``bucket_mb`` MiB per row, a column or one number, else torch's default), ``predicted_s``,
     ``predicted_exposed_s``, ``measured_s`` (the median step) and
     ``profiled_s`` (the run's own prediction from profiled layer times, NaN where it has none)."""
@@ -106,15 +107,18 @@ def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool 
 
     from ..cost import predict
     from ..cost.predict import DDP_BUCKET_BYTES
-    from ..measure.speed import at_speed, of_row
+    from ..measure.speed import at_contention, at_speed, of_row
 
     frame = frame.copy()
     if bucket_mb is None:
         buckets = [DDP_BUCKET_BYTES] * len(frame)
     else:
         buckets = [float(mb) * 2**20 for mb in (bucket_mb if hasattr(bucket_mb, "__len__") else [bucket_mb] * len(frame))]
-    frame["prediction"] = [predict(config_of_row(r), at_speed(hw, of_row(r)) if speed else hw, bucket_bytes=b,
-                                   check=check)
+    def priced(row):
+        out = at_speed(hw, of_row(row)) if speed else hw
+        return at_contention(out, of_row(row)) if contention else out
+
+    frame["prediction"] = [predict(config_of_row(r), priced(r), bucket_bytes=b, check=check)
                            for (_, r), b in zip(frame.iterrows(), buckets)]
     frame["predicted_s"] = [p["time_s"]["iteration"] for p in frame.prediction]
     frame["predicted_exposed_s"] = [p["time_s"]["communication_exposed"] for p in frame.prediction]

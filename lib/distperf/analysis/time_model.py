@@ -94,15 +94,16 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["model"] != STEP_FIT_MODEL]
 
 
-def errors(tables: dict, hw, speed: bool = False) -> pd.DataFrame:
+def errors(tables: dict, hw, speed: bool = False, contention: bool = False) -> pd.DataFrame:
     """Per held-out configuration: ``experiment``, ``strategy``, ``model``, ``measured_s``, and the signed errors of
     the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
     (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``); with
-    ``speed``, the variant that prices each run at the speed its probes measured (:mod:`distperf.measure.speed`)."""
+    ``speed``, the variant that prices each run at the speed its probes measured, with ``contention`` the one that
+    prices its analytical mode with the contention its ranks measured (:mod:`distperf.measure.speed`)."""
     frame = _frame(tables)
     if hw is None or not len(frame):
         return pd.DataFrame(columns=["experiment", "strategy", "model", "measured_s", "analytical", "profiled"])
-    predicted = rows.with_predictions(frame, hw, check=False, speed=speed)
+    predicted = rows.with_predictions(frame, hw, check=False, speed=speed, contention=contention)
     profiled = [profiled_prediction(r, hw, speed) for _, r in frame.iterrows()]
     out = pd.DataFrame({"experiment": frame.experiment, "strategy": frame.apply(strategy, axis=1),
                         "model": frame["config.model.name"], "measured_s": predicted.measured_s,
@@ -538,6 +539,31 @@ def speed_ratios(tables: dict, hw) -> pd.DataFrame:
         out.append({"experiment": row["experiment"], "strategy": strategy(row), "model": row["config.model.name"],
                     **found, **apart})
     return held_out(pd.DataFrame(out, columns=columns)).reset_index(drop=True)
+
+
+def contention_sentence(tables: dict, hw, plain: pd.DataFrame, contended: pd.DataFrame) -> str:
+    """What the contention readings of the runs of several ranks say, in words: their compute-bound and memory-bound
+    ratios (median, least, largest) against the calibration's, and the analytical mode's median and largest |error|
+    without (``plain``, :func:`errors`) and with each run priced with its own (``contended``, :func:`errors` with
+    ``contention``)."""
+    from ..measure.speed import COLUMN
+
+    frame = _frame(tables)
+    names = {"compute": "compute-bound", "memory": "memory-bound"}
+    columns = [f"{COLUMN}contention_{k}" for k in names]
+    if hw is None or hw.kernels is None or not len(frame) or not all(c in frame for c in columns):
+        return "none of its runs measured its ranks' contention (they were measured before distperf did)"
+    found = held_out(pd.DataFrame({"model": frame["config.model.name"],
+                                   **{k: frame[c].astype(float) for k, c in zip(names, columns)}})).dropna()
+    if not len(found):
+        return "none of its held-out runs of several ranks measured their contention"
+    calibrated = {"compute": hw.kernels.contention_compute, "memory": hw.kernels.contention_memory}
+    shown = "; ".join(f"{name} {found[k].median():.2f}× ({found[k].min():.2f}–{found[k].max():.2f}×) against the "
+                      f"calibration's {calibrated[k]:.2f}×" for k, name in names.items())
+    a, b = plain["analytical"].abs().dropna(), contended["analytical"].abs().dropna()
+    return (f"over {len(found)} held-out configurations of several ranks, the runs measured a contention, median "
+            f"(least–largest), {shown}; priced with each run's own, the analytical mode's median |error| would go "
+            f"from {a.median():.1%} to {b.median():.1%} and its largest from {a.max():.0%} to {b.max():.0%}")
 
 
 def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataFrame) -> str:

@@ -318,7 +318,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 
     import torch.distributed as dist
 
-    from .kernels import median_time
+    from .speed import contention_round
 
     torch.set_num_threads(1)
     _join(rank, world, out, "gloo")
@@ -378,20 +378,8 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
         times.append(time.perf_counter() - start)
     hidden = (base + alone - statistics.median(times[2:])) / min(base, alone)
     overlap = slowest(-min(max(hidden, 0.0), 1.0), device)  # the least any rank hides
-    src, dst = torch.ones(8 << 20), torch.empty(8 << 20)
     repeats = PATH_ROUNDS if reps >= PATH_ROUNDS_FROM_REPS else 1
-    ratios = []
-    for _ in range(repeats):
-        ratio = {}
-        for name, fn in (("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a))):
-            dist.barrier()
-            solo = median_time(fn, 0.2) if rank == 0 else None  # the other ranks wait in the barrier below
-            dist.barrier()
-            together = median_time(fn, 0.2)  # every rank at once
-            together = slowest(together, device)
-            if rank == 0:
-                ratio[name] = max(together / solo, 1.0)
-        ratios.append(ratio)
+    ratios = [contention_round(0.2, device) for _ in range(repeats)]  # rank 0's; None on the others
     contention = {"overlap": -overlap}
     if rank == 0:
         contention.update({name: statistics.median(r[name] for r in ratios) for name in ("memory", "compute")})

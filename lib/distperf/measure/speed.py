@@ -21,6 +21,12 @@ others wait; the slowest rank's time per part), under ``torch.no_grad`` except t
 :func:`ratios` compares a run's probe with the calibration's (run / calibration: above 1, the machine ran slower
 than when it was calibrated); :meth:`distperf.cost.kernels.KernelCosts.at_speed` scales each class of kernel time
 by its ratio.
+
+A run of several ranks also measures their contention (:func:`contention_round`, the calibration's own probe in
+shorter blocks): a 192×192 matrix product and a copy of 8 Mi values, each timed on rank 0 alone and on every rank
+at once, ``contention_compute`` and ``contention_memory`` the ratios together / alone, which the calibration
+measures once for the whole profile (``KernelCosts.contention_*``). :func:`at_contention` prices a run with its
+own: a second variant the same section evaluates.
 """
 from __future__ import annotations
 
@@ -30,6 +36,8 @@ from dataclasses import replace
 from ..cost.kernels import PROBE_PARTS as PARTS
 
 MIN_RUN_TIME_S = 0.02  # per part: about 0.07 s per probe with its warm-up calls
+CONTENTION = ("contention_memory", "contention_compute")
+CONTENTION_BLOCK_S = 0.03  # per kind, alone and together: about 0.15 s per reading in a run
 GEMM_N = 256
 ELEMENTS = 2**16
 
@@ -53,7 +61,8 @@ def probe(min_run_time: float = MIN_RUN_TIME_S) -> dict:
 
 def probe_alone(distributed: bool) -> dict:
     """:func:`probe` on every rank in turn, each alone while the others wait at a barrier (collective when
-    ``distributed``), and per part the slowest rank's time, which a synchronous step waits for."""
+    ``distributed``), and per part the slowest rank's time, which a synchronous step waits for; when distributed,
+    also the ranks' :func:`contention_round` (``contention_memory``, ``contention_compute``)."""
     if not distributed:
         return probe()
     import torch.distributed as dist
@@ -65,12 +74,41 @@ def probe_alone(distributed: bool) -> dict:
         dist.barrier()
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
-    return {k: max(p[k] for p in every) for k in PARTS}
+    found = {k: max(p[k] for p in every) for k in PARTS}
+    shared = [contention_round(CONTENTION_BLOCK_S)]
+    dist.broadcast_object_list(shared, src=0)
+    return {**found, **{f"contention_{k}": v for k, v in shared[0].items()}}
+
+
+def contention_round(block_s: float, device=None) -> dict | None:
+    """{memory, compute} on rank 0 (None on the others; collective): a copy of 8 Mi fp32 values and a 192×192
+    matrix product, each timed for ``block_s`` seconds (median per call) on rank 0 alone while the others wait at a
+    barrier, then on every rank at once (the slowest rank's), and the ratio together / alone, at least 1."""
+    import torch
+    import torch.distributed as dist
+
+    from .kernels import median_time
+
+    device = device or torch.device("cpu")
+    rank = dist.get_rank()
+    a = torch.randn(192, 192, device=device)
+    src, dst = torch.ones(8 << 20, device=device), torch.empty(8 << 20, device=device)
+    ratio = {}
+    for name, fn in (("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a))):
+        dist.barrier()
+        alone = median_time(fn, block_s) if rank == 0 else None  # the other ranks wait in the barrier below
+        dist.barrier()
+        together = torch.tensor([median_time(fn, block_s)], dtype=torch.float64, device=device)
+        dist.all_reduce(together, op=dist.ReduceOp.MAX)  # every rank at once: the slowest
+        if rank == 0:
+            ratio[name] = max(float(together.item()) / alone, 1.0)
+    return ratio if rank == 0 else None
 
 
 def combine(first: dict, second: dict) -> dict:
-    """The geometric mean per part of two probes (a run's, before and after its timed steps)."""
-    return {k: math.sqrt(first[k] * second[k]) for k in PARTS}
+    """The geometric mean per part of two probes (a run's, before and after its timed steps), and of their
+    contention ratios where both hold them."""
+    return {k: math.sqrt(first[k] * second[k]) for k in PARTS + CONTENTION if k in first and k in second}
 
 
 def median(probes: list[dict]) -> dict:
@@ -106,12 +144,33 @@ def at_speed(hw, run: dict | None):
     return hw if found is None else replace(hw, kernels=kernels.at_speed(found))
 
 
+def at_contention(hw, run: dict | None):
+    """``hw`` with the contention ratios of the run whose probe is ``run`` in place of the calibration's
+    (``KernelCosts.contention_compute`` and ``contention_memory``); ``hw`` itself where the run measured none or
+    ``hw`` has no measured kernels."""
+    kernels = getattr(hw, "kernels", None)
+    if kernels is None or run is None or not all(_positive(run.get(k)) for k in CONTENTION):
+        return hw
+    return replace(hw, kernels=replace(kernels, contention_memory=run["contention_memory"],
+                                       contention_compute=run["contention_compute"]))
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
 def of_row(row) -> dict | None:
     """The speed probe a sweep row holds (``speed_probe.<part>`` columns), or None."""
     try:
-        return {k: float(row[f"{COLUMN}{k}"]) for k in PARTS}
+        found = {k: float(row[f"{COLUMN}{k}"]) for k in PARTS}
     except (KeyError, TypeError, ValueError):
         return None
+    for k in CONTENTION:  # runs of several ranks, measured since the contention reading exists
+        try:
+            found[k] = float(row[f"{COLUMN}{k}"])
+        except (KeyError, TypeError, ValueError):
+            pass
+    return found
 
 
 COLUMN = "speed_probe."
