@@ -128,8 +128,7 @@ def ratios(run: dict | None, reference: dict | None) -> dict | None:
     """{gemm, elementwise, python}: ``run``'s time per part over ``reference``'s; None unless both hold every part
     as a positive finite number (a run or a calibration from before the probe, or a failed reading)."""
     def usable(p):
-        return p is not None and all(isinstance(p.get(k), (int, float)) and math.isfinite(p[k]) and p[k] > 0
-                                     for k in PARTS)
+        return p is not None and all(_positive(p.get(k)) for k in PARTS)
 
     if not usable(run) or not usable(reference):
         return None
