@@ -59,6 +59,7 @@ import torch
 from ..cost.collectives import ring_terms  # noqa: F401 (the fits below, and their readers, use it)
 from .path_fits import PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, path_constants, pipeline_actions
 from .profiles import sidecar_path
+from .speed import slowest
 
 SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
 SIZES_QUICK = (128, 256, 512)
@@ -224,15 +225,6 @@ def time_collective(collective: str, group, peers: tuple[int, int], nbytes: int,
         if i >= 2:
             times.append(dt / 2 if collective == "send" else dt)
     return numel * 4, statistics.median(times)
-
-
-def slowest(seconds: float | None, device: torch.device) -> float:
-    """The largest of every rank's ``seconds`` (None counts as 0); a collective over the world."""
-    import torch.distributed as dist
-
-    value = torch.tensor([seconds or 0.0], dtype=torch.float64, device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value.item())
 
 
 def _join(rank: int, world: int, out: str, backend: str) -> None:

@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from .calibrate import slowest, time_collective
+    from .calibrate import time_collective
+    from .speed import slowest
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))

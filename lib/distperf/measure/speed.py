@@ -80,6 +80,16 @@ def probe_alone(distributed: bool) -> dict:
     return {**found, **{f"contention_{k}": v for k, v in shared[0].items()}}
 
 
+def slowest(seconds: float | None, device=None) -> float:
+    """The largest of every rank's ``seconds`` (None counts as 0); a collective over the world."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([seconds or 0.0], dtype=torch.float64, device=device or torch.device("cpu"))
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value.item())
+
+
 def contention_round(block_s: float, device=None) -> dict | None:
     """{memory, compute} on rank 0 (None on the others; collective): a copy of 8 Mi fp32 values and a 192×192
     matrix product, each timed for ``block_s`` seconds (median per call) on rank 0 alone while the others wait at a
@@ -98,10 +108,9 @@ def contention_round(block_s: float, device=None) -> dict | None:
         dist.barrier()
         alone = median_time(fn, block_s) if rank == 0 else None  # the other ranks wait in the barrier below
         dist.barrier()
-        together = torch.tensor([median_time(fn, block_s)], dtype=torch.float64, device=device)
-        dist.all_reduce(together, op=dist.ReduceOp.MAX)  # every rank at once: the slowest
+        together = slowest(median_time(fn, block_s), device)  # every rank at once
         if rank == 0:
-            ratio[name] = max(float(together.item()) / alone, 1.0)
+            ratio[name] = max(together / alone, 1.0)
     return ratio if rank == 0 else None
 
 
