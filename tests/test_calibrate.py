@@ -9,7 +9,7 @@ import pytest
 
 from distperf.cli import main as cli
 from distperf.hardware import load_profile
-from distperf.measure.calibrate import fit_alpha_beta, fit_collectives, ring_terms, sidecar_path
+from distperf.measure.calibrate import fit_alpha_beta, fit_collectives, least_contention, ring_terms, sidecar_path
 from distperf.measure.kernels import LINEAR_SIZES_QUICK
 
 
@@ -31,6 +31,12 @@ def test_fit_keeps_alpha_positive_when_the_intercept_is_not():
             for m in (1 << 16, 1 << 20, 4 << 20)]
     fit = fit_collectives(rows)["all-reduce"]["ranks"]["2"]
     assert fit["alpha"] > 0 and fit["beta"] > 0 and "alpha" in fit["note"]
+
+
+def test_the_profile_keeps_each_contention_ratio_at_its_least_round():
+    rounds = [{"memory": 1.44, "compute": 1.92}, {"memory": 1.11, "compute": 1.87}, {"memory": 1.30, "compute": 1.03}]
+    assert least_contention(rounds) == {"memory": 1.11, "compute": 1.03}  # per ratio, not one round's pair
+    assert least_contention(rounds[:1]) == rounds[0]
 
 
 def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, capsys):

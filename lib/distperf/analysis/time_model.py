@@ -463,7 +463,7 @@ def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
     k = hw.kernels
     shown = "; ".join(priced(r["compute"], r["memory"]) for r in rounds if "compute" in r and "memory" in r)
     return (f"priced with each of the calibration's {len(rounds)} rounds of contention ratios (compute-bound and "
-            f"memory-bound work with every rank running) instead of their median, the analytical mode's median "
+            f"memory-bound work with every rank running) instead of the profile's, the analytical mode's median "
             f"|error| would be {shown}; with the profile's {priced(k.contention_compute, k.contention_memory)}")
 
 
