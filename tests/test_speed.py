@@ -135,7 +135,7 @@ def test_every_rank_probes_and_the_slowest_counts():
 
 def test_a_run_is_priced_with_its_own_contention_where_it_measured_one():
     both = {**PROBE, "contention_memory": 2.0, "contention_compute": 3.0}
-    assert speed.combine(both, {**both, "contention_compute": 12.0})["contention_compute"] == pytest.approx(6.0)
+    assert speed.combine({**both, "contention_compute": 12.0}, both)["contention_compute"] == 3.0  # the lesser
     assert set(speed.combine(both, PROBE)) == set(speed.PARTS)  # one reading alone is no pair
     costs = speed.at_contention(HW, both).kernels
     assert (costs.contention_memory, costs.contention_compute) == (2.0, 3.0)
