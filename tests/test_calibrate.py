@@ -9,7 +9,8 @@ import pytest
 
 from distperf.cli import main as cli
 from distperf.hardware import load_profile
-from distperf.measure.calibrate import fit_alpha_beta, fit_collectives, least_contention, ring_terms, sidecar_path
+from distperf.measure.calibrate import (fit_alpha_beta, fit_collectives, fit_issued, least_contention, ring_terms,
+                                        sidecar_path)
 from distperf.measure.kernels import LINEAR_SIZES_QUICK
 
 
@@ -31,6 +32,20 @@ def test_fit_keeps_alpha_positive_when_the_intercept_is_not():
             for m in (1 << 16, 1 << 20, 4 << 20)]
     fit = fit_collectives(rows)["all-reduce"]["ranks"]["2"]
     assert fit["alpha"] > 0 and fit["beta"] > 0 and "alpha" in fit["note"]
+
+
+def test_a_collective_without_a_positive_time_as_issued_keeps_its_fit_alone():
+    """Issued times are differences (the burst with the collective − the burst alone): on a busy machine every size
+    of one collective can come out at zero, and the calibration then keeps that collective's fit alone."""
+    alone = fit_collectives([{"collective": c, "ranks": 2, "bytes": m, "seconds": 1e-4 + m / 1e9}
+                             for c in ("all-reduce", "all-gather") for m in (1 << 10, 1 << 16, 1 << 20)])
+    issued = [{"collective": "all-reduce", "ranks": 2, "bytes": m, "seconds": 2e-4 + m / 5e8} for m in (1 << 10, 1 << 20)]
+    issued += [{"collective": "all-gather", "ranks": 2, "bytes": m, "seconds": 0.0} for m in (1 << 10, 1 << 20)]
+    issued.append({"collective": "all-reduce", "ranks": 2, "bytes": 1 << 16, "seconds": 0.0})  # left out of the fit
+    assert set(fit_collectives(issued)) == {"all-reduce"} and fit_collectives(issued)["all-reduce"]["all"]["points"] == 2
+    fits = fit_issued(issued, alone)
+    assert fits["all-gather"]["all"] == alone["all-gather"]["all"] and "alone" in fits["all-gather"]["note"]
+    assert fits["all-reduce"]["all"]["beta"] == pytest.approx(5e8) and "note" not in fits["all-reduce"]
 
 
 def test_the_profile_keeps_each_contention_ratio_at_its_least_round():

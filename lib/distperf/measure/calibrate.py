@@ -560,8 +560,11 @@ def fit_alpha_beta(points) -> dict:
 
 
 def fit_collectives(rows: list[dict]) -> dict:
-    """{collective: {"ranks": {n: fit}, "all": fit over every rank count}}."""
+    """{collective: {"ranks": {n: fit}, "all": fit over every rank count}}, for the collectives and rank counts with a
+    positive time (a time measured as a difference, as :func:`training_conditions` does, can be none on a busy
+    machine)."""
     fits = {}
+    rows = [r for r in rows if r["seconds"] > 0]
     for collective in sorted({r["collective"] for r in rows}):
         mine = [r for r in rows if r["collective"] == collective]
         per_n = {}
@@ -569,6 +572,15 @@ def fit_collectives(rows: list[dict]) -> dict:
             per_n[str(n)] = fit_alpha_beta([(collective, n, r["bytes"], r["seconds"]) for r in mine if r["ranks"] == n])
         fits[collective] = {"ranks": per_n,
                             "all": fit_alpha_beta([(collective, r["ranks"], r["bytes"], r["seconds"]) for r in mine])}
+    return fits
+
+
+def fit_issued(rows: list[dict], alone: dict) -> dict:
+    """:func:`fit_collectives` of the collectives as a step issues them (``rows``), and for a collective none of whose
+    times was positive (each size within the noise of the burst before it), its fit alone (``alone``), with a note."""
+    fits = fit_collectives(rows)
+    for kind in sorted(set(alone) - set(fits)):
+        fits[kind] = {**alone[kind], "note": "no positive time as a step issues it: the fit of the collective alone"}
     return fits
 
 
@@ -633,7 +645,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
         log(f"collectives as a step issues them, and contention, on {ranks} ranks")
         conditions = training_conditions(ranks, MESSAGE_BYTES_QUICK if quick else MESSAGE_BYTES_FULL[::2],
                                           reps=5 if quick else 15, timeout=timeout)
-        issued_fits = fit_collectives(conditions["issued"])
+        issued_fits = fit_issued(conditions["issued"], fits)
         kernels["contention"] = conditions["contention"]
         paths = path_constants(conditions["paths"], kernels, issued_fits, ranks)
         kernels["contention"]["fsdp"] = paths["fsdp_overlap"]
