@@ -160,3 +160,28 @@ def test_wire_bytes_are_what_gloo_writes_to_its_sockets():
     assert [results[r]["broadcast"][1] for r in range(4)] == [0, 20000, 0, 0]  # algorithmic: the root's M
     all_reduce = [results[r]["all-reduce"][0] for r in range(4)]
     assert all_reduce == [296288, 296272, 296272, 296288] and sum(all_reduce) / 4 == 2 * 3 / 4 * 49380 * 4
+
+
+def _late_start_comm():
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from distperf.measure.comm import CommTracker
+
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))  # gloo's first collective sets up its pairs
+    if dist.get_rank() == 1:
+        time.sleep(3.0)  # rank 1 enters the tracker seconds after rank 0
+    with CommTracker({"data_parallel": dist.group.WORLD}) as tracker:
+        dist.all_reduce(torch.ones(1000))
+    return dist.get_rank(), tracker.summary()
+
+
+def test_a_rank_that_starts_late_is_not_its_neighbours_waiting():
+    """The tracked window starts when every rank has entered the tracker: rank 0, which entered seconds before rank
+    1, does not count them as exposed communication (one all-reduce of 4000 bytes is all it waits for)."""
+    for rank, s in spawn(_late_start_comm, 2, timeout=60):
+        assert s["calls"]["data_parallel"] == 1 and s["unmatched_events"] == 0, (rank, s)
+        assert s["exposed_s"]["total"] < 1.0 and s["window_s"] < 1.0, (rank, s)  # not the 3 s rank 1 slept
