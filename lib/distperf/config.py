@@ -238,16 +238,25 @@ def validate(cfg: Config) -> Config:
     """Check every rule; raise ConfigError(field, rule) at the first one broken; return cfg."""
     m, lay, tr = cfg.model, cfg.layout, cfg.training
     _check_model(m)
-    _positive(("dp", "tp", "chunks"), (lay.dp, lay.tp, lay.chunks), MAX_DEVICES)
-    _positive(("pp",), (lay.pp,), MAX_STAGES)
-    if lay.pp * lay.chunks > MAX_STAGES:
-        raise ConfigError("chunks", f"pp·chunks (stages) must be at most {MAX_STAGES:,}, got {lay.pp * lay.chunks:,}")
-    _positive(("micro_batch", "microbatches"), (lay.micro_batch, lay.microbatches), MAX_BATCH)
-    if lay.dp * lay.tp * lay.pp > MAX_DEVICES:
-        raise ConfigError("dp", f"dp·tp·pp (devices) must be at most {MAX_DEVICES:,}, got "
-                                f"{lay.dp * lay.tp * lay.pp:,}")
-    if lay.schedule not in SCHEDULES:
-        raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {lay.schedule!r}")
+    dp, tp, pp, chunks, schedule = lay.dp, lay.tp, lay.pp, lay.chunks, lay.schedule
+    b, microbatches = lay.micro_batch, lay.microbatches
+    # the six sizes in one test (the common case: plain comparisons, no calls); when one is wrong, the rules in
+    # turn name it
+    sizes_hold = (type(dp) is type(tp) is type(chunks) is type(pp) is type(b) is type(microbatches) is int
+                  and 0 < dp <= MAX_DEVICES and 0 < tp <= MAX_DEVICES and 0 < chunks <= MAX_DEVICES
+                  and 0 < pp <= MAX_STAGES and 0 < b <= MAX_BATCH and 0 < microbatches <= MAX_BATCH)
+    if not sizes_hold:
+        _positive(("dp", "tp", "chunks"), (dp, tp, chunks), MAX_DEVICES)
+        _positive(("pp",), (pp,), MAX_STAGES)
+    stages = pp * chunks
+    if stages > MAX_STAGES:
+        raise ConfigError("chunks", f"pp·chunks (stages) must be at most {MAX_STAGES:,}, got {stages:,}")
+    if not sizes_hold:
+        _positive(("micro_batch", "microbatches"), (b, microbatches), MAX_BATCH)
+    if dp * tp * pp > MAX_DEVICES:
+        raise ConfigError("dp", f"dp·tp·pp (devices) must be at most {MAX_DEVICES:,}, got {dp * tp * pp:,}")
+    if schedule not in SCHEDULES:
+        raise ConfigError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if lay.recompute not in RECOMPUTE:
         raise ConfigError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {lay.recompute!r}")
     if lay.zero not in (0, 1, 2, 3):
@@ -256,34 +265,38 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}, got {tr.precision!r}")
     if tr.optimizer not in OPTIMIZERS:
         raise ConfigError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {tr.optimizer!r}")
-    if m.heads % lay.tp:
-        raise ConfigError("tp", f"heads ({m.heads}) must be divisible by tp ({lay.tp})")
-    if m.hidden % lay.tp or m.ffn % lay.tp:
-        raise ConfigError("tp", f"hidden ({m.hidden}) and ffn ({m.ffn}) must be divisible by tp ({lay.tp})")
-    if lay.sequence_parallel and lay.tp == 1:
-        raise ConfigError("sequence_parallel", "needs tp > 1")
-    if lay.sequence_parallel and m.seq % lay.tp:
-        raise ConfigError("sequence_parallel", f"seq ({m.seq}) must be divisible by tp ({lay.tp})")
-    if lay.pp > 1 and lay.schedule == "none":
-        raise ConfigError("schedule", "pp > 1 needs a pipeline schedule (gpipe, 1f1b, interleaved, 2bw, 2bw-flush, pipedream)")
-    if lay.pp == 1 and lay.schedule not in ("none", "gpipe", "1f1b"):
-        raise ConfigError("schedule", f"{lay.schedule} needs pp > 1")
-    if lay.chunks > 1 and lay.schedule != "interleaved":
+    heads, hidden, ffn = m.heads, m.hidden, m.ffn
+    if heads % tp:
+        raise ConfigError("tp", f"heads ({heads}) must be divisible by tp ({tp})")
+    if hidden % tp or ffn % tp:
+        raise ConfigError("tp", f"hidden ({hidden}) and ffn ({ffn}) must be divisible by tp ({tp})")
+    if lay.sequence_parallel:
+        if tp == 1:
+            raise ConfigError("sequence_parallel", "needs tp > 1")
+        if m.seq % tp:
+            raise ConfigError("sequence_parallel", f"seq ({m.seq}) must be divisible by tp ({tp})")
+    if pp > 1:
+        if schedule == "none":
+            raise ConfigError("schedule", "pp > 1 needs a pipeline schedule (gpipe, 1f1b, interleaved, 2bw, 2bw-flush, "
+                                          "pipedream)")
+    elif schedule not in ("none", "gpipe", "1f1b"):
+        raise ConfigError("schedule", f"{schedule} needs pp > 1")
+    if chunks > 1 and schedule != "interleaved":
         raise ConfigError("chunks", "more than one chunk per rank needs the interleaved schedule")
-    if lay.schedule == "interleaved" and lay.chunks < 2:
+    if schedule == "interleaved" and chunks < 2:
         raise ConfigError("chunks", "the interleaved schedule needs chunks >= 2")
-    if lay.schedule in TWOBW_ENGINE and lay.microbatches < lay.pp:
-        raise ConfigError("microbatches", f"{lay.schedule} needs microbatches >= pp (m={lay.microbatches} < "
-                                          f"pp={lay.pp})")
-    if lay.partition:
-        if len(lay.partition) != lay.stages:
-            raise ConfigError("partition", f"needs {lay.stages} entries (pp·chunks), got {len(lay.partition)}")
-        if any(not isinstance(n, int) or n < 1 for n in lay.partition):
+    if schedule in TWOBW_ENGINE and microbatches < pp:
+        raise ConfigError("microbatches", f"{schedule} needs microbatches >= pp (m={microbatches} < pp={pp})")
+    partition = lay.partition
+    if partition:
+        if len(partition) != stages:
+            raise ConfigError("partition", f"needs {stages} entries (pp·chunks), got {len(partition)}")
+        if any(not isinstance(n, int) or n < 1 for n in partition):
             raise ConfigError("partition", "every stage needs at least one layer")
-        if sum(lay.partition) != m.layers:
-            raise ConfigError("partition", f"layers per stage must sum to layers ({m.layers}), got {sum(lay.partition)}")
-    elif m.layers < lay.stages:
-        raise ConfigError("pp", f"layers ({m.layers}) must be at least the number of stages ({lay.stages})")
+        if sum(partition) != m.layers:
+            raise ConfigError("partition", f"layers per stage must sum to layers ({m.layers}), got {sum(partition)}")
+    elif m.layers < stages:
+        raise ConfigError("pp", f"layers ({m.layers}) must be at least the number of stages ({stages})")
     return cfg
 
 

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..config import DDP_BUCKET_MB, Config, ConfigError, uniform_partition, validate
+from ..config import DDP_BUCKET_MB, TWOBW_ENGINE, Config, ConfigError, uniform_partition, validate
 from ..hardware import DEFAULT, PRESETS, Hardware
 from . import activations as act
 from . import flops as fl
@@ -144,28 +144,25 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                                            + (stash_head if c == n_chunks - 1 else 0)) + (received * (m - count)
                                                                                           if c else 0.0)
 
-    # memory by category, with the schedule's weight versions
-    by_stage = []
-    for rank, x in zip(ranks, activations):
+    # memory by category, with the schedule's weight versions: each version beyond the first is one more copy of
+    # the weights (2BW, PipeDream); our 2BW engine, with a flush or without, drops each gradient once applied
+    versions = sched in ("2bw", "pipedream")
+    gradients_at_rest = not (sched in TWOBW_ENGINE and convention == "trainer")
+    by_stage, at_rest, totals = [], [], []
+    for r, (rank, x) in enumerate(zip(ranks, activations)):
         st = rank.states
-        weights, grads = st.weights + st.gathered, st.gradients if m > 1 else st.gradients_single
-        by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": st.optimizer_states,
-                         "activations": x, "recompute_working": working,
-                         "total": weights + grads + st.optimizer_states + x + working})
-    at_rest = [{"parameters": rank.states.at_rest[0], "gradients": rank.states.at_rest[1],
-                "optimizer_states": rank.states.at_rest[2]} for rank in ranks]
-    if sched in ("2bw", "pipedream"):
-        for r, (stage, rest, rank) in enumerate(zip(by_stage, at_rest, ranks)):
-            extra = (weight_versions(sched, p, r) - 1) * rank.states.weights
-            stage["parameters"] += extra
-            stage["total"] += extra
-            rest["parameters"] += extra
-            if sched == "2bw" and convention == "trainer":
-                rest["gradients"] = 0  # our 2BW drops each gradient once applied
-    if sched == "2bw-flush" and convention == "trainer":  # so does the same engine with a flush
-        for rest in at_rest:
-            rest["gradients"] = 0
-    totals = [stage["total"] for stage in by_stage]
+        weights, grads, states = st.weights + st.gathered, st.gradients if m > 1 else st.gradients_single, \
+            st.optimizer_states
+        total = weights + grads + states + x + working
+        kept_weights, kept_grads, kept_states = st.at_rest
+        if versions:
+            extra = (weight_versions(sched, p, r) - 1) * st.weights
+            weights, total, kept_weights = weights + extra, total + extra, kept_weights + extra
+        by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
+                         "recompute_working": working, "total": total})
+        at_rest.append({"parameters": kept_weights, "gradients": kept_grads if gradients_at_rest else 0,
+                        "optimizer_states": kept_states})
+        totals.append(total)
     peak = max(range(p), key=totals.__getitem__)
 
     # time: the pipeline, then each rank's step; the iteration ends with the last rank to finish
@@ -186,11 +183,12 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
     bubble = finish - m * slowest.microbatch
 
-    sent = None  # the most any rank sends, per kind: algorithmic, then on gloo's wire
+    rows = []  # what each distinct rank sends in a step, per kind: algorithmic, then on gloo's wire
     for rank in stages.values():
         x, y = rank.step_bytes, rank.microbatch_bytes
-        row = (x[0] + m * y[0], x[1] + m * y[1], x[2] + m * y[2], x[3] + m * y[3], x[4] + m * y[4], x[5] + m * y[5])
-        sent = row if sent is None else tuple(map(max, sent, row))
+        rows.append((x[0] + m * y[0], x[1] + m * y[1], x[2] + m * y[2], x[3] + m * y[3], x[4] + m * y[4],
+                     x[5] + m * y[5]))
+    sent = tuple(map(max, *rows)) if len(rows) > 1 else rows[0]  # the most any rank sends
     dp_names = DP_COLLECTIVES_PAPER if convention == "paper" else DP_COLLECTIVES
     parameters, model_flops, hardware_flops = _model_totals(spec.layers, h, spec.ffn, vocab, s, spec.tied, rc)
     global_batch = b * m * dp

@@ -297,7 +297,8 @@ def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter:
 
 def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, bucket_bytes: float,
              times: tuple | None, convention: str, backend: str) -> StageCosts:
-    key = (spec, tr, lay.dp, lay.tp, lay.pp, lay.zero, span, convention)  # all the model states depend on
+    zero = _zero(lay)
+    key = (spec, tr, lay.dp, lay.tp, lay.pp, zero, span, convention)  # all the model states depend on
     found = _STATES.get(key)
     if found is None:
         if len(_STATES) >= _CACHE_SIZE:
@@ -311,7 +312,7 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     tp = _TERMS.get(key)
     if tp is None:
         tp = _TERMS[key] = tensor_parallel(spec, lay, tr, hw, span, convention, backend)
-    key = (spec, tr, hw, lay.pp, lay.tp, lay.dp, lay.zero >= 2, lay.chunks, lay.micro_batch, lay.sequence_parallel,
+    key = (spec, tr, hw, lay.pp, lay.tp, lay.dp, zero >= 2, lay.chunks, lay.micro_batch, lay.sequence_parallel,
            span.first, span.last, convention, backend)
     pp = _TERMS.get(key)
     if pp is None:
@@ -321,7 +322,7 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
         optimizer, accumulate = optimizer_time(hw, states, state_bytes(tr, convention)), 0.0
     else:
         measured = times[3] if times is not None and len(times) > 3 else None
-        key = ("optimizer", spec, tr, hw, lay.dp, lay.tp, lay.pp, lay.zero, lay.sequence_parallel, span, convention,
+        key = ("optimizer", spec, tr, hw, lay.dp, lay.tp, lay.pp, zero, lay.sequence_parallel, span, convention,
                measured)
         found = _TERMS.get(key)
         if found is None:
@@ -377,7 +378,20 @@ _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
 _STATES: dict = {}  # the model states, which depend on fewer things (not micro-batch, recomputation, hardware)
 _TERMS: dict = {}  # the tensor- and pipeline-parallel terms, on what each depends on (tuples of different lengths)
 _CACHE_SIZE = 1 << 14
-_ENGINES = {"pipedream": 1, "2bw": 2, "2bw-flush": 2}  # what a stage costs depends on the schedule only through these
+
+
+def _zero(lay: Layout) -> int:
+    """The ZeRO stage as a rank's costs see it: ZeRO shards over the dp replicas, so with one every stage costs as
+    none (each rule of :func:`model_states` and :mod:`distperf.cost.communication` asks for dp > 1)."""
+    return lay.zero if lay.dp > 1 else 0
+
+
+def _engine(lay: Layout, hw: Hardware) -> int:
+    """What a rank's costs take from the schedule: PipeDream's data-parallel reduction after every microbatch (1;
+    with dp > 1) and, with measured kernels, the 2BW engine's cost per action (2); otherwise nothing (0)."""
+    if lay.schedule == "pipedream" and lay.dp > 1:
+        return 1
+    return 2 if hw.kernels is not None and lay.schedule in TWOBW_ENGINE else 0
 
 
 def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans, bucket_bytes: float,
@@ -385,9 +399,9 @@ def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans,
     """{span: :class:`StageCosts`} of the ranks holding ``spans``, cached on what they depend on: the model,
     training and hardware, the layout but for its microbatches and schedule (PipeDream's update per microbatch
     and the 2BW engine's cost per action aside), the bucket size, profiled times, the convention and the
-    backend."""
+    backend (only as far as the costs read them: :func:`_zero`, :func:`_engine`)."""
     key = (spec, tr, hw, bucket_bytes, times, lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch,
-           lay.sequence_parallel, lay.zero, lay.recompute, _ENGINES.get(lay.schedule, 0), convention, backend)
+           lay.sequence_parallel, _zero(lay), lay.recompute, _engine(lay, hw), convention, backend)
     known = _CACHE.get(key)
     if known is None:
         if len(_CACHE) >= _CACHE_SIZE:
