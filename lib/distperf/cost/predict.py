@@ -115,10 +115,11 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     n_chunks = p * v
 
     # ranks with the same layers and ends cost the same apart from the schedule
-    spans, unique = _spans(layers, p, v)
+    spans, unique, which = _spans(layers, p, v)
     times = None if layer_times is None else profiled_times(layer_times)
     stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, unique, bucket_bytes, times, convention, backend)
-    ranks = [stages[span] for span in spans]
+    distinct = list(stages.values())  # in the order of unique
+    ranks = [distinct[i] for i in which]
 
     # activations: what each in-flight microbatch stashes, and the step's token ids (trainer)
     stash_layer, stash_embed, stash_head, working = _stashes(spec, b, t, sp, tr.precision, rc, convention)
@@ -177,14 +178,14 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                 iteration, finish, slowest = end, pipe - drain, rank
             drain += rank.drain / v
     else:  # no flush: in steady state every rank keeps the pace of the slowest
-        slowest = max(stages.values(), key=lambda rank: m * rank.microbatch + rank.step_exposed
+        slowest = max(distinct, key=lambda rank: m * rank.microbatch + rank.step_exposed
                       + updates * rank.optimizer + (m - 1) * rank.accumulate)
         finish = m * slowest.microbatch
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
     bubble = finish - m * slowest.microbatch
 
     rows = []  # what each distinct rank sends in a step, per kind: algorithmic, then on gloo's wire
-    for rank in stages.values():
+    for rank in distinct:
         x, y = rank.step_bytes, rank.microbatch_bytes
         rows.append((x[0] + m * y[0], x[1] + m * y[1], x[2] + m * y[2], x[3] + m * y[3], x[4] + m * y[4],
                      x[5] + m * y[5]))
@@ -248,10 +249,11 @@ def rank_spans(cfg: Config) -> tuple[Span, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _spans(layers: tuple[int, ...], p: int, v: int) -> tuple[tuple[Span, ...], tuple[Span, ...]]:
-    """The :class:`Span` of each pipeline rank, and the distinct ones."""
+def _spans(layers: tuple[int, ...], p: int, v: int) -> tuple[tuple[Span, ...], tuple[Span, ...], tuple[int, ...]]:
+    """The :class:`Span` of each pipeline rank, the distinct ones, and which of those each rank holds (its index)."""
     spans = tuple(Span(layers[r] if v == 1 else sum(layers[r::p]), r == 0, r == p - 1) for r in range(p))
-    return spans, tuple(dict.fromkeys(spans))
+    unique = tuple(dict.fromkeys(spans))
+    return spans, unique, tuple(map(unique.index, spans))
 
 
 @lru_cache(maxsize=4096)

@@ -33,7 +33,8 @@ the book's chapter "The analytical framework" derives each term.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import NamedTuple
 
 from ..config import TWOBW_ENGINE, Layout, ModelSpec, Training
@@ -297,8 +298,8 @@ def optimizer_time(hw: Hardware, states: ModelStates, state_bytes_per_parameter:
 
 def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, bucket_bytes: float,
              times: tuple | None, convention: str, backend: str) -> StageCosts:
-    zero = _zero(lay)
-    key = (spec, tr, lay.dp, lay.tp, lay.pp, zero, span, convention)  # all the model states depend on
+    zero, training = _zero(lay), _fields(tr)
+    key = (spec, training, lay.dp, lay.tp, lay.pp, zero, span, convention)  # all the model states depend on
     found = _STATES.get(key)
     if found is None:
         if len(_STATES) >= _CACHE_SIZE:
@@ -308,11 +309,12 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
         found = _STATES[key] = (states, data_parallel_traffic(lay, tr, states, convention))
     states, traffic = found
     work = compute(spec, lay, tr, hw, span, times, vocab_parallel=convention == "paper")
-    key = (spec, tr, hw, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.recompute, span, convention, backend)
+    key = (spec, training, hw, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.recompute, span, convention,
+           backend)
     tp = _TERMS.get(key)
     if tp is None:
         tp = _TERMS[key] = tensor_parallel(spec, lay, tr, hw, span, convention, backend)
-    key = (spec, tr, hw, lay.pp, lay.tp, lay.dp, zero >= 2, lay.chunks, lay.micro_batch, lay.sequence_parallel,
+    key = (spec, training, hw, lay.pp, lay.tp, lay.dp, zero >= 2, lay.chunks, lay.micro_batch, lay.sequence_parallel,
            span.first, span.last, convention, backend)
     pp = _TERMS.get(key)
     if pp is None:
@@ -322,7 +324,7 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
         optimizer, accumulate = optimizer_time(hw, states, state_bytes(tr, convention)), 0.0
     else:
         measured = times[3] if times is not None and len(times) > 3 else None
-        key = ("optimizer", spec, tr, hw, lay.dp, lay.tp, lay.pp, zero, lay.sequence_parallel, span, convention,
+        key = ("optimizer", spec, training, hw, lay.dp, lay.tp, lay.pp, zero, lay.sequence_parallel, span, convention,
                measured)
         found = _TERMS.get(key)
         if found is None:
@@ -374,6 +376,10 @@ def accumulate_time(spec: ModelSpec, lay: Layout, hw: Hardware, span: Span) -> f
     return seconds * (costs.contention_memory if lay.world_size > 1 else 1.0)
 
 
+# The training setting as a cache key: its fields, in order (a sweep builds a new, equal Training for each
+# configuration; a tuple of its fields hashes and compares in C, the dataclass in Python).
+_fields = attrgetter(*(f.name for f in fields(Training)))
+
 _CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
 _STATES: dict = {}  # the model states, which depend on fewer things (not micro-batch, recomputation, hardware)
 _TERMS: dict = {}  # the tensor- and pipeline-parallel terms, on what each depends on (tuples of different lengths)
@@ -400,7 +406,7 @@ def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans,
     training and hardware, the layout but for its microbatches and schedule (PipeDream's update per microbatch
     and the 2BW engine's cost per action aside), the bucket size, profiled times, the convention and the
     backend (only as far as the costs read them: :func:`_zero`, :func:`_engine`)."""
-    key = (spec, tr, hw, bucket_bytes, times, lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch,
+    key = (spec, _fields(tr), hw, bucket_bytes, times, lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch,
            lay.sequence_parallel, _zero(lay), lay.recompute, _engine(lay, hw), convention, backend)
     known = _CACHE.get(key)
     if known is None:
