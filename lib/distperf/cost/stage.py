@@ -308,7 +308,14 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
         states = model_states(spec, lay, tr, span, convention)
         found = _STATES[key] = (states, data_parallel_traffic(lay, tr, states, convention))
     states, traffic = found
-    work = compute(spec, lay, tr, hw, span, times, vocab_parallel=convention == "paper")
+    # compute reads the micro-batch, tensor parallelism and recomputation and, with measured kernels, whether ranks
+    # share the machine and which parallel wrappers run (:func:`wrapper_time`)
+    wrappers = (lay.world_size > 1, lay.pp > 1, lay.schedule in TWOBW_ENGINE, zero >= 2) if hw.kernels is not None else ()
+    key = ("compute", spec, tr.precision, hw, lay.micro_batch, lay.tp, lay.sequence_parallel, lay.recompute, span,
+           times, convention == "paper", wrappers)
+    work = _TERMS.get(key)
+    if work is None:
+        work = _TERMS[key] = compute(spec, lay, tr, hw, span, times, vocab_parallel=convention == "paper")
     key = (spec, training, hw, lay.tp, lay.micro_batch, lay.sequence_parallel, lay.recompute, span, convention,
            backend)
     tp = _TERMS.get(key)
