@@ -390,9 +390,10 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 # probe by ±20 %, the copy's contention between 1.1 and 2.3): a full calibration repeats them, with every round in the
 # sidecar (conditions.contention_rounds, conditions.path_rounds), and keeps each path's median and each contention
 # ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores (≈ 1.0-1.1× here)
-# or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's median step rides out; on three
-# builds (the chapter "Where the time goes" prices each round) the least round priced the runs as well as the
-# median or better, the median once 47 % off where the least gave 6 %.
+# or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's median step rides out. On four builds
+# of the book on this machine, the held-out runs priced with the least round's ratios missed by a median of about
+# 6 %, 9 %, 30 % and 12 %, with the median's 47 %, 8 %, 36 % and 13 % (the rule was chosen on the first three; the
+# chapter "Where the time goes" prices each round of its build).
 PATH_ROUNDS, PATH_ROUNDS_FROM_REPS = 3, 10
 
 
