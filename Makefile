@@ -111,13 +111,11 @@ $(HTML)/index.html: $(BOOK_RUNS) _config.yml _toc.yml references.bib $(shell fin
 	cp $(BOOK_OUT)/_build/jupyter_execute/chapters/*.ipynb $(HTML)/notebooks/chapters/; \
 	touch $@  # Jupyter Book writes index.html (a redirect) only when it is missing
 
-test: $(INSTALLED) chromium  ## pytest, then the smoke study, then its book beside a reader's build, each checked in a browser
+test: $(INSTALLED) chromium  ## pytest, then the smoke study with its book, beside a reader's build, each checked in a browser
 	$(BIN)/pytest -q -n $(JOBS) --dist loadfile --durations=25  # the slowest tests, printed: where the time goes
-	$(MAKE) -j$(JOBS) data SCALE=smoke
 	$(MAKE) -j2 --output-sync=line smoke-check reader-check  # side by side: a book's writing, PDF and browser are serial
 
-# The smoke study checks that the notebooks run, not what they measure: JOBS of them at a time (`make test` runs them
-# first, so that its two books, each mostly one process, are written side by side).
+# The smoke study checks that the notebooks run, not what they measure: JOBS of them at a time.
 smoke-check: $(INSTALLED) chromium
 	$(MAKE) -j$(JOBS) data SCALE=smoke
 	$(MAKE) book SCALE=smoke
