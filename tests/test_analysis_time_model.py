@@ -235,15 +235,38 @@ def test_a_drained_2bw_step_is_compared_with_a_flushed_pipelines_bubble():
 
 
 def test_the_two_instruments_of_exposed_communication_are_compared_from_the_data():
-    table = pd.DataFrame({"measured_s": [1.0, 1.0], "breakdown_s": [0.5, 0.5], "predicted_s": [0.5, 0.5]})
-    table["error"] = table.predicted_s / table.measured_s - 1
+    table = pd.DataFrame({"tracked_s": [1.0, 1.0], "breakdown_s": [0.5, 0.5], "predicted_s": [0.5, 0.5],
+                          "tracked_stretch": [2.0, 3.0], "breakdown_stretch": [1.1, 1.3],
+                          "instrument": ["breakdown step", "communication step"]})
+    table["error_tracked"] = table.predicted_s / table.tracked_s - 1
     table["error_breakdown"] = table.predicted_s / table.breakdown_s - 1
     sentence = tm.instruments_sentence(table)
-    assert "differs from the communication step's waits by a median of 50%" in sentence
-    assert "50% against the waits" in sentence and "0% against the breakdown step" in sentence
+    assert "differ from the breakdown step's communication by a median of 100%" in sentence
+    assert "a median 2.50 times the timed iteration (largest 3.00), the breakdown step's 1.20 (1.30)" in sentence
+    assert "0% against the breakdown step and 50% against the communication step" in sentence
+    assert "breakdown step in 1 of them and the communication step in 1" in sentence
     agree = table.assign(breakdown_s=1.0, error_breakdown=-0.5)
     assert "by a median of 0%" in tm.instruments_sentence(agree)
     assert tm.instruments_sentence(table.assign(breakdown_s=float("nan"))).startswith("only one instrument")
+
+
+def test_the_goals_instrument_is_the_breakdown_step_once_it_saw_the_waits():
+    dp_row = row("small", 1.0, dp=2)
+    iteration = dp_row["iteration_time_s.median"]
+    measured = {**dp_row, "communication.exposed_s.data_parallel": 0.5 * iteration,
+                "time_breakdown_s.window": 2.0, "time_breakdown_s.communication": 0.2,
+                "time_breakdown_s.per_rank.communication": "[0.2, 0.6]", "time_breakdown_s.per_rank.window": "[2.0, 2.0]",
+                "communication.per_rank": '[{"window_s": 3.0}, {"window_s": 4.0}]'}
+    older = tm.exposed_errors({"regimes": pd.DataFrame([measured])}, HW).iloc[0]
+    assert older.instrument == "communication step" and older.measured_s == pytest.approx(0.5 * iteration)
+    assert older.breakdown_s == pytest.approx(0.3 * iteration)  # the most communicating rank's share: 0.6 of 2.0
+    assert older.tracked_stretch == pytest.approx(4.0 / iteration) and older.breakdown_stretch == pytest.approx(
+        2.0 / iteration)
+    seen = tm.exposed_errors({"regimes": pd.DataFrame([{**measured, "measured_steps.breakdown_waits": True}])},
+                             HW).iloc[0]
+    assert seen.instrument == "breakdown step" and seen.measured_s == pytest.approx(0.3 * iteration)
+    assert seen.error == pytest.approx(seen.predicted_s / seen.measured_s - 1) == pytest.approx(seen.error_breakdown)
+    assert seen.error_tracked == pytest.approx(seen.predicted_s / (0.5 * iteration) - 1)
 
 
 def test_the_drift_between_two_calibrations_is_told_from_the_data():

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from dist_harness import spawn
 
 from distperf import presets
 from distperf.config import Config, Layout, RunOptions, validate
@@ -87,3 +88,33 @@ def test_a_real_step_of_the_tiny_model():
     for c in ("matrix_products", "attention", "other_operators", "optimizer"):
         assert out[c] > 0, c  # one device: every kind of work but communication
     assert out["communication"] == 0
+
+
+def _waiting_receiver():
+    import time
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    buffer = torch.zeros(1000)
+    dist.all_reduce(buffer)  # gloo's first collective sets up its pairs
+    rank = dist.get_rank()
+    if rank == 1:
+        time.sleep(2.0)  # rank 1 enters the step seconds after rank 0
+    with bd.StepBreakdown() as tracked:
+        if rank == 0:
+            time.sleep(0.5)  # busy elsewhere: the receiver waits for it
+            dist.send(buffer, 1)
+        else:
+            dist.irecv(buffer, 0).wait()
+    return rank, tracked.summary()
+
+
+def test_a_receivers_wait_is_communication_and_a_late_neighbour_is_not():
+    """Rank 1 blocks about 0.5 s in Work.wait for rank 0's message: that is communication (not Python between
+    operators: the wait runs in no operator); rank 0, which entered the step 2 s before rank 1, does not count those
+    2 s (the window starts at the barrier after every rank's profiler started)."""
+    for rank, out in spawn(_waiting_receiver, 2, timeout=60):
+        assert out["window"] < 1.5, (rank, out)
+        if rank == 1:
+            assert out["communication"] > 0.4 and out["framework"] < 0.1, out

@@ -14,6 +14,7 @@ Errors are signed, (predicted − measured) / measured median iteration: negativ
 """
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -139,33 +140,82 @@ def profiled_prediction(row, hw, speed: bool = False) -> float:
                    layer_times=times)["time_s"]["iteration"]
 
 
+def _seen(value) -> bool:
+    """A boolean column read back from a table (True, "True", 1), missing as False."""
+    return value is True or (isinstance(value, str) and value.lower() == "true") or (
+        isinstance(value, (int, float, np.bool_)) and not pd.isna(value) and bool(value))
+
+
+def _listed(value) -> list:
+    """A list column read back from a table (a JSON string or a list); [] where missing."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, list) else []
+
+
+def _tracked_window(row) -> float:
+    """The communication step's longest window over the ranks (``communication.per_rank[*].window_s``), NaN if none."""
+    windows = [r.get("window_s") for r in _listed(row.get("communication.per_rank"))
+               if isinstance(r, dict) and r.get("window_s") is not None]
+    return float(max(windows)) if windows else np.nan
+
+
+def _breakdown_share(row) -> float:
+    """The largest share of its breakdown step that a rank spent communicating (``time_breakdown_s.per_rank``: the most
+    exposed rank, as the communication step reports), else the slowest rank's; NaN where there was no breakdown."""
+    shares = [c / w for c, w in zip(_listed(row.get("time_breakdown_s.per_rank.communication")),
+                                    _listed(row.get("time_breakdown_s.per_rank.window"))) if w and w > 0]
+    if shares:
+        return max(shares)
+    window, seen = row.get("time_breakdown_s.window"), row.get("time_breakdown_s.communication")
+    ok = window is not None and seen is not None and not pd.isna(window) and not pd.isna(seen) and window > 0
+    return float(seen) / float(window) if ok else np.nan
+
+
 def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     """Per held-out configuration that uses one parallelism (dp, tp or pp) and whose measured exposed communication of
-    that kind (``communication.exposed_s.<kind>``: the most exposed rank's time blocked on it, for a pipeline also on
-    its neighbours) exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
-    ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a pipeline) and
-    the signed ``error``. PipeDream-2BW's communication is measured on a drained step (:mod:`distperf.measure.steps`:
-    the pipeline fills and drains inside it, which its training steps do not), so its bubble there is that of the
-    same pipeline flushed under 1F1B. Beside it, ``breakdown_s``: the same run's communication class in its breakdown
-    step (the profiler alone, no dispatch mode: :mod:`distperf.measure.breakdown`) as a share of that step times the
-    measured iteration, and ``error_breakdown`` against it — a second instrument, not the goal's."""
+    that kind exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
+    ``instrument``, ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a
+    pipeline) and the signed ``error``.
+
+    Two instruments measure it, each on a step of its own after the timed steps (:mod:`distperf.measure.steps`):
+    ``breakdown_s``, the breakdown step's communication class (the profiler alone, with ``Work.wait`` as spans:
+    :mod:`distperf.measure.breakdown`) as a share of that step's window, on the rank with the largest share, times the
+    measured iteration; and
+    ``tracked_s``, the communication step's exposed waiting of the kind (``communication.exposed_s.<kind>``, the most
+    exposed rank's: :class:`distperf.measure.comm.CommTracker`, whose dispatch mode sees every operator and slows the
+    step down). The goal's instrument (``measured_s``) is the breakdown step where it saw the waits (the result's
+    ``measured_steps.breakdown_waits``; tables measured before 2 December 2026 did not, and their breakdown step
+    missed every wait that runs in Python, a pipeline's above all) and the communication step otherwise.
+    ``error_breakdown`` and ``error_tracked`` are the model's against each; ``tracked_stretch`` and
+    ``breakdown_stretch`` each step's window over the measured iteration (how much its instrument slowed it).
+    PipeDream-2BW's communication is measured on a drained step (the pipeline fills and drains inside it, which its
+    training steps do not), so its bubble there is that of the same pipeline flushed under 1F1B."""
     frame = _frame(tables)
-    columns = ["experiment", "strategy", "model", "kind", "measured_s", "predicted_s", "error"]
+    columns = ["experiment", "strategy", "model", "kind", "instrument", "measured_s", "predicted_s", "tracked_s",
+               "breakdown_s", "tracked_stretch", "breakdown_stretch"]
+    errors_ = ["error", "error_tracked", "error_breakdown"]
     if hw is None or not len(frame):
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns + errors_)
     degrees = frame[[f"config.layout.{d}" for d in KIND_OF]].astype(int)
     single = (degrees > 1).sum(axis=1) == 1
     frame = frame[single.to_numpy()].reset_index(drop=True)
     if not len(frame):
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns + errors_)
     from ..cost import predict
 
     predicted = rows.with_predictions(frame, hw, check=False)
     out = []
     for (_, r), p in zip(frame.iterrows(), predicted.prediction):
         kind = next(KIND_OF[d] for d in KIND_OF if int(r[f"config.layout.{d}"]) > 1)
-        measured = r.get(f"communication.exposed_s.{kind}")
-        if measured is None or pd.isna(measured) or measured <= EXPOSED_SHARE * r["iteration_time_s.median"]:
+        iteration = float(r["iteration_time_s.median"])
+        tracked = r.get(f"communication.exposed_s.{kind}")
+        tracked = np.nan if tracked is None or pd.isna(tracked) else float(tracked)
+        step = _breakdown_share(r) * iteration
+        window = r.get("time_breakdown_s.window")
+        waits = _seen(r.get("measured_steps.breakdown_waits")) and not np.isnan(step)
+        measured = step if waits else tracked
+        if np.isnan(measured) or measured <= EXPOSED_SHARE * iteration:
             continue
         t = p["time_s"]
         bubble = t["bubble"]
@@ -174,16 +224,14 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
             bubble = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw,
                              check=False)["time_s"]["bubble"]
         value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
-        window, seen = r.get("time_breakdown_s.window"), r.get("time_breakdown_s.communication")
-        step = (float(seen) / float(window) * float(r["iteration_time_s.median"])
-                if window is not None and seen is not None and not pd.isna(window) and not pd.isna(seen) and window > 0
-                else np.nan)
         out.append({"experiment": r.experiment, "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
-                    "measured_s": float(measured), "predicted_s": value, "breakdown_s": step})
-    table = pd.DataFrame(out, columns=[*columns[:-1], "breakdown_s"])
-    table["error"] = signed_error(table.predicted_s, table.measured_s) if len(table) else pd.Series(dtype=float)
-    table["error_breakdown"] = (signed_error(table.predicted_s, table.breakdown_s) if len(table)
-                                else pd.Series(dtype=float))
+                    "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
+                    "predicted_s": value, "tracked_s": tracked, "breakdown_s": step,
+                    "tracked_stretch": _tracked_window(r) / iteration,
+                    "breakdown_stretch": float(window) / iteration if window is not None else np.nan})
+    table = pd.DataFrame(out, columns=columns)
+    for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s")):
+        table[error] = signed_error(table.predicted_s, table[against]) if len(table) else pd.Series(dtype=float)
     return held_out(table).reset_index(drop=True)
 
 
@@ -468,16 +516,25 @@ def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
 
 
 def instruments_sentence(exposed: pd.DataFrame) -> str:
-    """How far the two measurements of exposed communication of :func:`exposed_errors` lie apart (the communication
-    step's waits and the breakdown step's communication class), and the model's error against each, in words."""
-    both = exposed.dropna(subset=["breakdown_s"]) if len(exposed) else exposed
+    """How the two measurements of exposed communication of :func:`exposed_errors` compare (the breakdown step's
+    communication and the communication step's waits), how much each step's instrument stretched it against the timed
+    iteration, and the model's error against each, in words."""
+    both = exposed.dropna(subset=["breakdown_s", "tracked_s"]) if len(exposed) else exposed
     if not len(both):
         return "only one instrument measured the exposed communication"
-    apart = signed_error(both.breakdown_s, both.measured_s).abs().median()
-    return (f"over {len(both)} configurations the breakdown step's communication differs from the communication "
-            f"step's waits by a median of {apart:.0%}; the model's median |error| is {both.error.abs().median():.0%} "
-            f"against the waits (the goal's instrument) and {both.error_breakdown.abs().median():.0%} against the "
-            "breakdown step")
+    apart = signed_error(both.tracked_s, both.breakdown_s).abs().median()
+    stretch = ""
+    if both.tracked_stretch.notna().any() and both.breakdown_stretch.notna().any():
+        stretch = (f"; its window was a median {both.tracked_stretch.median():.2f} times the timed iteration (largest "
+                   f"{both.tracked_stretch.max():.2f}), the breakdown step's {both.breakdown_stretch.median():.2f} "
+                   f"({both.breakdown_stretch.max():.2f})")
+    goal = exposed.instrument.value_counts()
+    return (f"over {len(both)} configurations the communication step's waits differ from the breakdown step's "
+            f"communication by a median of {apart:.0%}{stretch}; the model's median |error| is "
+            f"{both.error_breakdown.abs().median():.0%} against the breakdown step and "
+            f"{both.error_tracked.abs().median():.0%} against the communication step; the goal's instrument is the "
+            f"breakdown step in {goal.get('breakdown step', 0)} of them and the communication step in "
+            f"{goal.get('communication step', 0)} (measured before its breakdown step saw the waits)")
 
 
 def gemm_drift(first, again, smallest: int = 128) -> str:

@@ -18,17 +18,26 @@ lightest record torch offers) and files the rank's main thread's time under one 
 An operator counts under the class of its outermost ATen ancestor (``aten::linear`` holds its ``addmm``),
 ``optimizer`` wins over the operator's own class, and a collective wins over the operator it runs in (that
 operator is waiting); each class's time is the union of its operators' intervals less communication's, so nothing
-is counted twice and the classes sum to the window (``window``). The profiler itself adds about a
+is counted twice and the classes sum to the window (``window``). ``Work.wait`` runs inside a span of its own while the
+step is recorded (:func:`~distperf.measure.comm.waits_as_spans`): a wait the rank's Python issues (FSDP2's, the pipeline
+schedules' for a neighbour's activation) is then communication, not Python between operators. With several ranks,
+the step's window starts at a barrier once every rank has started its profiler, so a neighbour that reached the step
+later is not this rank's waiting. ``communication`` is then the rank's exposed communication on a step that only the
+profiler slows down, where the communication step (:class:`~distperf.measure.comm.CommTracker`) sends every operator
+through a dispatch mode as well. The profiler itself adds about a
 microsecond per operator, which lands in the classes of the operators (mostly ``other_operators`` and
 ``framework`` for small ones): a breakdown is a measurement of its own step, to be read as shares of that step,
 not added to the timed steps. CPU only: on CUDA the host's view says little about the device (``None``).
 """
 from __future__ import annotations
 
+import threading
+
+import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..config import TIME_CLASSES as CLASSES
-from .comm import event_collective
+from .comm import event_collective, waits_as_spans
 from .intervals import intersect, length, subtract, union
 
 MATRIX = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
@@ -37,6 +46,7 @@ ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention")
 COMMUNICATION = ("c10d::", "_c10d_functional", "record_param_comms", "distperf.comm#")
 OPTIMIZER = ("Optimizer.step", "Optimizer.zero_grad")
 _MARKER = "distperf.breakdown.thread"
+_WAIT = "distperf.comm#wait"
 
 
 def _ancestors(event):
@@ -63,9 +73,9 @@ def classify(event) -> str | None:
     return "matrix_products" if name in MATRIX or name.endswith(("mm_backward", "_mm")) else "other_operators"
 
 
-def breakdown(events, thread, steps: int = 1) -> dict:
-    """Seconds per step of each class of :data:`CLASSES` for the events of ``thread``, and the ``window`` from the
-    first to the last of its events. Events are the profiler's (``name``, ``thread``, ``time_range.start``/``.end``
+def breakdown(events, thread, steps: int = 1, start: float | None = None) -> dict:
+    """Seconds per step of each class of :data:`CLASSES` for the events of ``thread``, and the ``window`` from
+    ``start`` (µs; by default its first event) to the last of its events. Events are the profiler's (``name``, ``thread``, ``time_range.start``/``.end``
     in µs, ``cpu_parent``). ``communication`` also holds the thread's idle time while a collective runs on the
     backend's own threads (gloo's workers: DDP waits for its all-reduce inside its C++ reducer, which the profiler
     does not show as an operator); ``framework`` is what is left of the window."""
@@ -77,7 +87,7 @@ def breakdown(events, thread, steps: int = 1) -> dict:
         cls = classify(e)
         if cls is not None:
             spans[cls].append((e.time_range.start, e.time_range.end))
-    start = min(e.time_range.start for e in mine)
+    start = min(e.time_range.start for e in mine) if start is None else start
     end = max(e.time_range.end for e in mine)
     busy = union([s for c in CLASSES for s in spans[c]])
     in_flight = union([(e.time_range.start, e.time_range.end) for e in events
@@ -95,20 +105,29 @@ def breakdown(events, thread, steps: int = 1) -> dict:
 
 
 class StepBreakdown:
-    """``with StepBreakdown() as b: step()``, then ``b.summary(steps)``: :func:`breakdown` of this thread."""
+    """``with StepBreakdown() as b: step()``, then ``b.summary(steps)``: :func:`breakdown` of this thread, from a barrier
+    of every rank (where torch.distributed is initialised with several) to the end, with ``Work.wait`` as spans."""
 
     def __enter__(self):
         self._profiler = profile(activities=[ProfilerActivity.CPU])
         self._profiler.__enter__()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()  # the window starts after it (at the marker): a late neighbour is not this rank's time
         with record_function(_MARKER):
             pass
+        self._waits = waits_as_spans(lambda work: _WAIT, threading.get_ident())
+        self._waits.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._profiler.__exit__(*exc)
+        try:
+            self._waits.__exit__(None, None, None)
+        finally:
+            self._profiler.__exit__(*exc)
         return False
 
     def summary(self, steps: int = 1) -> dict:
         events = list(self._profiler.events())
-        thread = next(e.thread for e in events if e.name == _MARKER)
-        return breakdown(events, thread, steps)
+        marker = next(e for e in events if e.name == _MARKER)
+        return breakdown([e for e in events if e.time_range.start >= marker.time_range.start], marker.thread, steps,
+                         start=marker.time_range.end)

@@ -48,6 +48,8 @@ import itertools
 import math
 import re
 import threading
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -192,6 +194,28 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+@contextmanager
+def waits_as_spans(label: Callable[[object], str], thread: int):
+    """While inside, ``Work.wait`` called on ``thread`` runs inside a profiler span named ``label(work)``: a wait that a
+    rank's Python issues (FSDP2's, the pipelining runtime's, PipeDream-2BW's) is then on the profiler's clock, where it
+    is otherwise no operator at all (the thread is blocked in C++ while gloo completes the transfer). Waits on other
+    threads are left alone."""
+    cls = dist.distributed_c10d.Work
+    original = cls.wait
+
+    def wait(work, *args, **kwargs):
+        if threading.get_ident() != thread:
+            return original(work, *args, **kwargs)
+        with record_function(label(work)):
+            return original(work, *args, **kwargs)
+
+    cls.wait = wait
+    try:
+        yield
+    finally:
+        cls.wait = original
+
+
 def event_collective(name: str) -> str | None:
     """The collective a profiler event runs on the backend's own lane (gloo's worker threads, NCCL's kernels), or
     None."""
@@ -231,7 +255,7 @@ class CommTracker:
         self.thread = threading.get_ident()
         self._profiler = None
         self._recorder = _Recorder(self)
-        self._orig_wait = None
+        self._waits = None
         self.unmatched: list[tuple] = []
         self._counter = itertools.count()
 
@@ -290,14 +314,11 @@ class CommTracker:
         for t in _tensors(out):
             self._functional_out[t.untyped_storage().data_ptr()] = call
 
-    def _wait(self, work, *args, **kwargs):
-        if threading.get_ident() != self.thread:
-            return self._orig_wait(work, *args, **kwargs)
+    def _wait_label(self, work) -> str:
         entry = self._works.get(id(work))
         label = self._label()
         self._labels[label] = ("wait", entry[1] if entry is not None and entry[0] is work else None)
-        with record_function(label):
-            return self._orig_wait(work, *args, **kwargs)
+        return label
 
     # --- the context ---------------------------------------------------------------------------
     def __enter__(self):
@@ -310,14 +331,8 @@ class CommTracker:
             dist.barrier()  # the ranks start together: a neighbour that starts late is not this rank's waiting
         with record_function(_MARKER):  # marks the tracking thread and the start of the window (after the barrier)
             pass
-        work_cls = dist.distributed_c10d.Work
-        self._orig_wait = work_cls.wait
-        tracker = self
-
-        def wait(work, *args, **kwargs):
-            return tracker._wait(work, *args, **kwargs)
-
-        work_cls.wait = wait
+        self._waits = waits_as_spans(self._wait_label, self.thread)
+        self._waits.__enter__()
         self._recorder.__enter__()
         return self
 
@@ -325,7 +340,7 @@ class CommTracker:
         try:
             self._recorder.__exit__(*exc)
         finally:
-            dist.distributed_c10d.Work.wait = self._orig_wait
+            self._waits.__exit__(None, None, None)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self._profiler.__exit__(*exc)

@@ -43,7 +43,8 @@ def measured_steps(flushes: bool = True) -> dict:
     """What the measurement steps were (for the result JSON)."""
     return {"after_timed_steps": True, "memory_warmup": MEMORY_WARMUP, "memory": MEMORY_STEPS,
             "communication": COMM_STEPS, "breakdown": BREAKDOWN_STEPS, "each": "one optimizer step, then finish()",
-            "drained": not flushes}  # PipeDream-2BW: fill and drain inside each measured step
+            "drained": not flushes,  # PipeDream-2BW: fill and drain inside each measured step
+            "breakdown_waits": True}  # the breakdown step sees Work.wait and starts at a barrier after its profiler
 
 
 def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], first_step: int,
@@ -76,9 +77,7 @@ def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.
                 "unmatched_events": 0}
     breakdown = None
     if trainer.device.type == "cpu":  # where the time goes (distperf.measure.breakdown), on a step of its own
-        if distributed:
-            dist.barrier()  # the ranks start the step together: a late neighbour is not this rank's time
-        with StepBreakdown() as tracked:
+        with StepBreakdown() as tracked:  # starts at a barrier of the ranks
             for _ in range(BREAKDOWN_STEPS):
                 drained_step()
         breakdown = tracked.summary(BREAKDOWN_STEPS)
