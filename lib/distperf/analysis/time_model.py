@@ -146,27 +146,20 @@ def _seen(value) -> bool:
         isinstance(value, (int, float, np.bool_)) and not pd.isna(value) and bool(value))
 
 
-def _listed(value) -> list:
-    """A list column read back from a table (a JSON string or a list); [] where missing."""
-    if isinstance(value, str):
-        value = json.loads(value)
-    return value if isinstance(value, list) else []
-
-
 def _tracked_window(row) -> float:
-    """The communication step's longest window over the ranks (``communication.per_rank[*].window_s``), NaN if none."""
-    windows = [r.get("window_s") for r in _listed(row.get("communication.per_rank"))
-               if isinstance(r, dict) and r.get("window_s") is not None]
+    """The communication step's longest window over the ranks (``communication.per_rank[*].window_s``, a JSON list
+    when read back from a table), NaN if none."""
+    per_rank = row.get("communication.per_rank")
+    if isinstance(per_rank, str):
+        per_rank = json.loads(per_rank)
+    windows = [r.get("window_s") for r in per_rank if isinstance(r, dict) and r.get("window_s") is not None] \
+        if isinstance(per_rank, list) else []
     return float(max(windows)) if windows else np.nan
 
 
 def _breakdown_share(row) -> float:
-    """The largest share of its breakdown step that a rank spent communicating (``time_breakdown_s.per_rank``: the most
-    exposed rank, as the communication step reports), else the slowest rank's; NaN where there was no breakdown."""
-    shares = [c / w for c, w in zip(_listed(row.get("time_breakdown_s.per_rank.communication")),
-                                    _listed(row.get("time_breakdown_s.per_rank.window"))) if w and w > 0]
-    if shares:
-        return max(shares)
+    """The share of its breakdown step that the slowest rank (the one whose step took longest: the rank the cost model's
+    exposed communication and bubble describe) spent communicating; NaN where there was no breakdown."""
     window, seen = row.get("time_breakdown_s.window"), row.get("time_breakdown_s.communication")
     ok = window is not None and seen is not None and not pd.isna(window) and not pd.isna(seen) and window > 0
     return float(seen) / float(window) if ok else np.nan
@@ -180,8 +173,9 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
 
     Two instruments measure it, each on a step of its own after the timed steps (:mod:`distperf.measure.steps`):
     ``breakdown_s``, the breakdown step's communication class (the profiler alone, with ``Work.wait`` as spans:
-    :mod:`distperf.measure.breakdown`) as a share of that step's window, on the rank with the largest share, times the
-    measured iteration; and
+    :mod:`distperf.measure.breakdown`) as a share of that step's window, on the rank whose step took longest (the one
+    the model's exposed communication and bubble describe: the others' extra waiting is that rank's lateness), times
+    the measured iteration; and
     ``tracked_s``, the communication step's exposed waiting of the kind (``communication.exposed_s.<kind>``, the most
     exposed rank's: :class:`distperf.measure.comm.CommTracker`, whose dispatch mode sees every operator and slows the
     step down). The goal's instrument (``measured_s``) is the breakdown step where it saw the waits (the result's
