@@ -255,7 +255,8 @@ def test_the_goals_instrument_is_the_breakdown_step_once_it_saw_the_waits():
     iteration = dp_row["iteration_time_s.median"]
     measured = {**dp_row, "communication.exposed_s.data_parallel": 0.5 * iteration,
                 "time_breakdown_s.window": 2.0, "time_breakdown_s.communication": 0.2,
-                "time_breakdown_s.per_rank.communication": "[0.2, 0.6]", "time_breakdown_s.per_rank.window": "[2.0, 2.0]",
+                "time_breakdown_s.per_rank.communication": "[0.2, 0.6]",
+                "time_breakdown_s.per_rank.window": "[2.0, 2.0]",
                 "communication.per_rank": '[{"window_s": 3.0}, {"window_s": 4.0}]'}
     older = tm.exposed_errors({"regimes": pd.DataFrame([measured])}, HW).iloc[0]
     assert older.instrument == "communication step" and older.measured_s == pytest.approx(0.5 * iteration)
@@ -292,3 +293,33 @@ def test_the_machines_drift_between_calibrations_is_read_from_their_matrix_produ
     assert "(n from 128 to 512) took 1.00 to 1.50 times the first calibration's time (median 1.50)" in sentence
     assert tm.gemm_drift(profile(None), again) == "the calibrations measured no matrix products to compare"
     assert tm.gemm_drift(first, again, smallest=1024) == "the calibrations share no matrix-product size to compare"
+
+
+def test_a_pipelines_exposed_time_is_also_read_on_the_stage_the_model_says_ends_the_iteration():
+    from distperf.analysis import rows as rows_mod
+
+    pipe = row("small", 1.0, pp=2, schedule="1f1b", microbatches=4)
+    last = predict(rows_mod.config_of_row(pd.Series(pipe)), HW)["slowest_stage"]
+    iteration = pipe["iteration_time_s.median"]
+    shares = [0.5, 0.1] if last == 0 else [0.1, 0.5]
+    measured = {**pipe, "measured_steps.breakdown_waits": True, "time_breakdown_s.window": 1.0,
+                "time_breakdown_s.communication": 0.2,  # the rank whose step took longest
+                "time_breakdown_s.per_rank.communication": json.dumps(shares),
+                "time_breakdown_s.per_rank.window": "[1.0, 1.0]", "memory_bytes.per_rank.pipeline_rank": "[0, 1]"}
+    found = tm.exposed_errors({"regimes": pd.DataFrame([measured])}, HW).iloc[0]
+    assert found.measured_s == pytest.approx(0.2 * iteration) and found.stage_s == pytest.approx(0.5 * iteration)
+    assert found.error_stage == pytest.approx(found.predicted_s / (0.5 * iteration) - 1)
+    assert "it changes 1 of them" in tm.instruments_sentence(found.to_frame().T.assign(
+        tracked_s=1.0, error_tracked=0.0).astype({"breakdown_s": float, "stage_s": float, "error_stage": float,
+                                                  "error_breakdown": float, "tracked_stretch": float,
+                                                  "breakdown_stretch": float}))
+
+
+def test_the_slowest_stage_is_the_one_that_ends_the_iteration():
+    cfg = validate(Config(model=presets.model("small"), layout=Layout(pp=2, schedule="1f1b", microbatches=4,
+                                                                        micro_batch=1, partition=(1, 3))))
+    out = predict(cfg, HW)
+    assert out["slowest_stage"] in (0, 1)
+    balanced = predict(validate(Config(model=presets.model("small"), layout=Layout(
+        pp=2, schedule="1f1b", microbatches=4, micro_batch=1))), HW)
+    assert balanced["slowest_stage"] == 0  # 1F1B: the first stage runs the last backward

@@ -165,6 +165,19 @@ def _breakdown_share(row) -> float:
     return float(seen) / float(window) if ok else np.nan
 
 
+def _stage_share(row, stage: int) -> float:
+    """The share of its breakdown step that the rank of pipeline rank ``stage`` spent communicating (the most, if
+    several ranks hold that stage); NaN where the run's per-rank breakdown or pipeline ranks are missing."""
+    def listed(column):
+        value = row.get(column)
+        return json.loads(value) if isinstance(value, str) else value if isinstance(value, list) else []
+
+    shares = [c / w for c, w, s in zip(listed("time_breakdown_s.per_rank.communication"),
+                                       listed("time_breakdown_s.per_rank.window"),
+                                       listed("memory_bytes.per_rank.pipeline_rank")) if s == stage and w]
+    return max(shares) if shares else np.nan
+
+
 def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     """Per held-out configuration that uses one parallelism (dp, tp or pp) and whose measured exposed communication of
     that kind exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
@@ -179,16 +192,20 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     ``tracked_s``, the communication step's exposed waiting of the kind (``communication.exposed_s.<kind>``, the most
     exposed rank's: :class:`distperf.measure.comm.CommTracker`, whose dispatch mode sees every operator and slows the
     step down). The goal's instrument (``measured_s``) is the breakdown step where it saw the waits (the result's
-    ``measured_steps.breakdown_waits``; tables measured before 2 December 2026 did not, and their breakdown step
+    ``measured_steps.breakdown_waits``; tables measured before 2 December 2026 lack it, and their breakdown step
     missed every wait that runs in Python, a pipeline's above all) and the communication step otherwise.
-    ``error_breakdown`` and ``error_tracked`` are the model's against each; ``tracked_stretch`` and
-    ``breakdown_stretch`` each step's window over the measured iteration (how much its instrument slowed it).
+    ``stage_s``: the breakdown step's, for a pipeline on the stage the model says ends the iteration (the prediction's
+    ``slowest_stage``) instead of the rank whose step took longest (pipelines' ranks can end within a percent of each
+    other while one waits ten times as long as the other), a diagnosis beside the goal's instrument, declared after
+    it, where the breakdown step saw the waits. ``error_breakdown``, ``error_tracked`` and ``error_stage`` are the
+    model's against each; ``tracked_stretch`` and ``breakdown_stretch`` each step's window over the measured iteration
+    (how much its instrument slowed it).
     PipeDream-2BW's communication is measured on a drained step (the pipeline fills and drains inside it, which its
     training steps do not), so its bubble there is that of the same pipeline flushed under 1F1B."""
     frame = _frame(tables)
     columns = ["experiment", "strategy", "model", "kind", "instrument", "measured_s", "predicted_s", "tracked_s",
-               "breakdown_s", "tracked_stretch", "breakdown_stretch"]
-    errors_ = ["error", "error_tracked", "error_breakdown"]
+               "breakdown_s", "stage_s", "tracked_stretch", "breakdown_stretch"]
+    errors_ = ["error", "error_tracked", "error_breakdown", "error_stage"]
     if hw is None or not len(frame):
         return pd.DataFrame(columns=columns + errors_)
     degrees = frame[[f"config.layout.{d}" for d in KIND_OF]].astype(int)
@@ -212,19 +229,20 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         if np.isnan(measured) or measured <= EXPOSED_SHARE * iteration:
             continue
         t = p["time_s"]
-        bubble = t["bubble"]
+        bubble, last = t["bubble"], p["slowest_stage"]
         if r["config.layout.schedule"] == "2bw":  # its measured step is drained: the fill and drain of a flush
             cfg = rows.config_of_row(r)
-            bubble = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw,
-                             check=False)["time_s"]["bubble"]
+            flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw, check=False)
+            bubble, last = flushed["time_s"]["bubble"], flushed["slowest_stage"]
         value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
+        stage = (_stage_share(r, last) * iteration if kind == "pipeline_parallel" else step) if waits else np.nan
         out.append({"experiment": r.experiment, "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
                     "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
-                    "predicted_s": value, "tracked_s": tracked, "breakdown_s": step,
+                    "predicted_s": value, "tracked_s": tracked, "breakdown_s": step, "stage_s": stage,
                     "tracked_stretch": _tracked_window(r) / iteration,
                     "breakdown_stretch": float(window) / iteration if window is not None else np.nan})
     table = pd.DataFrame(out, columns=columns)
-    for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s")):
+    for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s", "stage_s")):
         table[error] = signed_error(table.predicted_s, table[against]) if len(table) else pd.Series(dtype=float)
     return held_out(table).reset_index(drop=True)
 
@@ -523,12 +541,22 @@ def instruments_sentence(exposed: pd.DataFrame) -> str:
                    f"{both.tracked_stretch.max():.2f}), the breakdown step's {both.breakdown_stretch.median():.2f} "
                    f"({both.breakdown_stretch.max():.2f})")
     goal = exposed.instrument.value_counts()
+    staged = exposed.dropna(subset=["stage_s"]) if "stage_s" in exposed else None
+    moved = staged[(staged.stage_s - staged.breakdown_s).abs() > 1e-12] if staged is not None else ()
+    if len(moved):
+        stage = (f"; taken on the pipeline stage the model says ends the iteration rather than on the rank whose breakdown "
+                 f"step took longest (a diagnosis declared after the data; it changes {len(moved)} of them), the "
+                 f"breakdown step's median |error| would be {staged.error_stage.abs().median():.0%} (largest "
+                 f"{staged.error_stage.abs().max():.0%}) against {staged.error_breakdown.abs().median():.0%} "
+                 f"({staged.error_breakdown.abs().max():.0%})")
+    else:
+        stage = ""
     return (f"over {len(both)} configurations the communication step's waits differ from the breakdown step's "
             f"communication by a median of {apart:.0%}{stretch}; the model's median |error| is "
             f"{both.error_breakdown.abs().median():.0%} against the breakdown step and "
             f"{both.error_tracked.abs().median():.0%} against the communication step; the goal's instrument is the "
             f"breakdown step in {goal.get('breakdown step', 0)} of them and the communication step in "
-            f"{goal.get('communication step', 0)} (measured before its breakdown step saw the waits)")
+            f"{goal.get('communication step', 0)} (measured before its breakdown step saw the waits){stage}")
 
 
 def gemm_drift(first, again, smallest: int = 128) -> str:

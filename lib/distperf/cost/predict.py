@@ -89,9 +89,10 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     memory_bytes_per_stage (totals), memory_bytes_by_stage (the categories of every pipeline rank),
     model_states_at_rest and model_states_at_rest_by_stage (parameters, gradients, optimizer states kept
     between steps: the memory_bytes states without a step's transients, i.e. ZeRO-2/3's gathered parameters
-    and unsharded gradients), peak_stage, fits, communication_bytes {data_parallel, tensor_parallel,
-    pipeline_parallel} (algorithmic: ring volumes), communication_wire_bytes (same keys: what gloo sends),
-    collectives (same keys), time_s {compute, communication_exposed, bubble, iteration}, bubble_fraction,
+    and unsharded gradients), peak_stage, slowest_stage (the pipeline rank that ends the iteration: the one whose
+    time_s describes compute, exposed communication and bubble), fits, communication_bytes {data_parallel,
+    tensor_parallel, pipeline_parallel} (algorithmic: ring volumes), communication_wire_bytes (same keys: what gloo
+    sends), collectives (same keys), time_s {compute, communication_exposed, bubble, iteration}, bubble_fraction,
     hardware, compute_from ("flops", "kernels": the hardware's measured kernel times, or "layer_times"), convention,
     backend.
 
@@ -170,17 +171,18 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     updates = m if sched == "pipedream" else 1  # PipeDream updates the weights after every microbatch
     if sched in FLUSHING:
         pipe = pipeline_time(sched, [rank.microbatch for rank in ranks], m, v)
-        iteration, finish, slowest = -1.0, 0.0, ranks[0]
+        iteration, finish, slowest, last = -1.0, 0.0, ranks[0], 0
         drain = 0.0  # how long the flush still runs after rank r's last backward: ranks r − 1 … 0
-        for rank in ranks:
+        for r, rank in enumerate(ranks):
             end = pipe - drain + rank.step_exposed + rank.optimizer + (m - 1) * rank.accumulate
             if end > iteration:
-                iteration, finish, slowest = end, pipe - drain, rank
+                iteration, finish, slowest, last = end, pipe - drain, rank, r
             drain += rank.drain / v
     else:  # no flush: in steady state every rank keeps the pace of the slowest
         slowest = max(distinct, key=lambda rank: m * rank.microbatch + rank.step_exposed
                       + updates * rank.optimizer + (m - 1) * rank.accumulate)
         finish = m * slowest.microbatch
+        last = ranks.index(slowest)
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
     bubble = finish - m * slowest.microbatch
 
@@ -203,6 +205,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         "model_states_at_rest": at_rest[peak],
         "model_states_at_rest_by_stage": at_rest,
         "peak_stage": peak,
+        "slowest_stage": last,
         "fits": totals[peak] <= hw.memory_capacity,
         "communication_bytes": {"data_parallel": sent[0], "tensor_parallel": sent[1], "pipeline_parallel": sent[2]},
         "communication_wire_bytes": {"data_parallel": sent[3], "tensor_parallel": sent[4],

@@ -105,8 +105,8 @@ def breakdown(events, thread, steps: int = 1, start: float | None = None) -> dic
 
 
 class StepBreakdown:
-    """``with StepBreakdown() as b: step()``, then ``b.summary(steps)``: :func:`breakdown` of this thread, from a barrier
-    of every rank (where torch.distributed is initialised with several) to the end, with ``Work.wait`` as spans."""
+    """``with StepBreakdown() as b: step()``, then ``b.summary(steps)``: :func:`breakdown` of this thread, from a
+    barrier of every rank (where torch.distributed is initialised with several) to the end, with ``Work.wait`` as spans."""
 
     def __enter__(self):
         self._profiler = profile(activities=[ProfilerActivity.CPU])
