@@ -323,3 +323,15 @@ def test_the_slowest_stage_is_the_one_that_ends_the_iteration():
     balanced = predict(validate(Config(model=presets.model("small"), layout=Layout(
         pp=2, schedule="1f1b", microbatches=4, micro_batch=1))), HW)
     assert balanced["slowest_stage"] == 0  # 1F1B: the first stage runs the last backward
+
+
+def test_each_path_constant_is_taken_at_its_least_cost_round():
+    from distperf.measure.path_fits import least_cost
+
+    rounds = [{"tp_collective_s": 3e-3, "tp_sp_collective_s": 1e-3, "fsdp_overlap": -0.8},
+              {"tp_collective_s": 1e-3, "tp_sp_collective_s": 2e-3, "fsdp_overlap": -0.3},
+              {"tp_collective_s": 2e-3, "tp_sp_collective_s": 3e-3, "fsdp_overlap": -0.6}]
+    assert least_cost(rounds) == {"tp_collective_s": 1e-3, "tp_sp_collective_s": 1e-3, "fsdp_overlap": -0.3}
+    actions = [{"pp_action_s": 2e-3, "twobw_action_s": 1e-3}, {"pp_action_s": 1e-3, "twobw_action_s": 4e-3}]
+    assert least_cost(actions) == {"pp_action_s": 1e-3, "twobw_action_s": 1e-3}
+    assert least_cost([]) == {}

@@ -481,7 +481,8 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     """How much the path constants move within one calibration: each constant recomputed from every round of the
     path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :data:`distperf.measure.calibrate.
     PATH_ROUNDS`), and the contention ratios of each round (``conditions.contention_rounds``) — ``constant``, ``unit``, ``rounds``, ``min``, ``median`` and ``max`` over the rounds, and ``profile``,
-    the value the profile holds (from the rounds' median times). Empty without rounds."""
+    the value the profile holds (each constant's least-cost round, :func:`distperf.measure.path_fits.least_cost`; in
+    profiles made before 2 December 2026, from the rounds' median times). Empty without rounds."""
     from ..measure.path_fits import path_constants, pipeline_actions
 
     columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
