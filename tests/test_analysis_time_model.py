@@ -239,11 +239,11 @@ def test_the_two_instruments_of_exposed_communication_are_compared_from_the_data
                           "tracked_stretch": [2.0, 3.0], "breakdown_stretch": [1.1, 1.3],
                           "instrument": ["breakdown step", "communication step"]})
     table["error_tracked"] = table.predicted_s / table.tracked_s - 1
-    table["error_breakdown"] = table.predicted_s / table.breakdown_s - 1
+    table["error"] = table["error_breakdown"] = table.predicted_s / table.breakdown_s - 1
     sentence = tm.instruments_sentence(table)
     assert "differ from the breakdown step's communication by a median of 100%" in sentence
     assert "a median 2.50 times the timed iteration (largest 3.00), the breakdown step's 1.20 (1.30)" in sentence
-    assert "0% against the breakdown step and 50% against the communication step" in sentence
+    assert "0% against the goal's instrument and 50% against the communication step" in sentence
     assert "breakdown step in 1 of them and the communication step in 1" in sentence
     agree = table.assign(breakdown_s=1.0, error_breakdown=-0.5)
     assert "by a median of 0%" in tm.instruments_sentence(agree)
@@ -253,20 +253,23 @@ def test_the_two_instruments_of_exposed_communication_are_compared_from_the_data
 def test_the_goals_instrument_is_the_breakdown_step_once_it_saw_the_waits():
     dp_row = row("small", 1.0, dp=2)
     iteration = dp_row["iteration_time_s.median"]
+    # rank 1's step took longest (2.1 s) but 0.6 s of it was waiting for rank 0, whose own work (1.8 s) was longer
     measured = {**dp_row, "communication.exposed_s.data_parallel": 0.5 * iteration,
-                "time_breakdown_s.window": 2.0, "time_breakdown_s.communication": 0.2,
+                "time_breakdown_s.window": 2.1, "time_breakdown_s.communication": 0.6,
                 "time_breakdown_s.per_rank.communication": "[0.2, 0.6]",
-                "time_breakdown_s.per_rank.window": "[2.0, 2.0]",
+                "time_breakdown_s.per_rank.window": "[2.0, 2.1]",
+                "memory_bytes.per_rank.pipeline_rank": "[0, 0]",
                 "communication.per_rank": '[{"window_s": 3.0}, {"window_s": 4.0}]'}
     older = tm.exposed_errors({"regimes": pd.DataFrame([measured])}, HW).iloc[0]
     assert older.instrument == "communication step" and older.measured_s == pytest.approx(0.5 * iteration)
-    assert older.breakdown_s == pytest.approx(0.1 * iteration)  # the slowest rank's share: 0.2 of 2.0
+    assert older.breakdown_s == pytest.approx(0.6 / 2.1 * iteration) and np.isnan(older.ending_s)
     assert older.tracked_stretch == pytest.approx(4.0 / iteration) and older.breakdown_stretch == pytest.approx(
-        2.0 / iteration)
+        2.1 / iteration)
     seen = tm.exposed_errors({"regimes": pd.DataFrame([{**measured, "measured_steps.breakdown_waits": True}])},
                              HW).iloc[0]
     assert seen.instrument == "breakdown step" and seen.measured_s == pytest.approx(0.1 * iteration)
-    assert seen.error == pytest.approx(seen.predicted_s / seen.measured_s - 1) == pytest.approx(seen.error_breakdown)
+    assert seen.error == pytest.approx(seen.predicted_s / seen.measured_s - 1) == pytest.approx(seen.error_ending)
+    assert seen.error_breakdown == pytest.approx(seen.predicted_s / (0.6 / 2.1 * iteration) - 1)
     assert seen.error_tracked == pytest.approx(seen.predicted_s / (0.5 * iteration) - 1)
 
 
@@ -295,24 +298,27 @@ def test_the_machines_drift_between_calibrations_is_read_from_their_matrix_produ
     assert tm.gemm_drift(first, again, smallest=1024) == "the calibrations share no matrix-product size to compare"
 
 
-def test_a_pipelines_exposed_time_is_also_read_on_the_stage_the_model_says_ends_the_iteration():
+def test_a_pipelines_exposed_time_is_read_on_the_stage_the_model_says_ends_the_iteration():
     from distperf.analysis import rows as rows_mod
 
     pipe = row("small", 1.0, pp=2, schedule="1f1b", microbatches=4)
     last = predict(rows_mod.config_of_row(pd.Series(pipe)), HW)["slowest_stage"]
     iteration = pipe["iteration_time_s.median"]
-    shares = [0.5, 0.1] if last == 0 else [0.1, 0.5]
-    measured = {**pipe, "measured_steps.breakdown_waits": True, "time_breakdown_s.window": 1.0,
+    # the other stage has the longer own work (0.9 s against 0.5 s) and the longer step: neither makes it the one
+    shares, windows = ([0.5, 0.2], [1.0, 1.1]) if last == 0 else ([0.2, 0.5], [1.1, 1.0])
+    measured = {**pipe, "measured_steps.breakdown_waits": True, "time_breakdown_s.window": 1.1,
                 "time_breakdown_s.communication": 0.2,  # the rank whose step took longest
                 "time_breakdown_s.per_rank.communication": json.dumps(shares),
-                "time_breakdown_s.per_rank.window": "[1.0, 1.0]", "memory_bytes.per_rank.pipeline_rank": "[0, 1]"}
+                "time_breakdown_s.per_rank.window": json.dumps(windows),
+                "memory_bytes.per_rank.pipeline_rank": "[0, 1]"}
     found = tm.exposed_errors({"regimes": pd.DataFrame([measured])}, HW).iloc[0]
-    assert found.measured_s == pytest.approx(0.2 * iteration) and found.stage_s == pytest.approx(0.5 * iteration)
-    assert found.error_stage == pytest.approx(found.predicted_s / (0.5 * iteration) - 1)
+    assert found.measured_s == pytest.approx(0.5 * iteration) == pytest.approx(found.ending_s)
+    assert found.breakdown_s == pytest.approx(0.2 / 1.1 * iteration)
+    assert found.error_breakdown == pytest.approx(found.predicted_s / (0.2 / 1.1 * iteration) - 1)
     assert "it changes 1 of them" in tm.instruments_sentence(found.to_frame().T.assign(
-        tracked_s=1.0, error_tracked=0.0).astype({"breakdown_s": float, "stage_s": float, "error_stage": float,
-                                                  "error_breakdown": float, "tracked_stretch": float,
-                                                  "breakdown_stretch": float}))
+        tracked_s=1.0, error_tracked=0.0).astype({"breakdown_s": float, "ending_s": float, "error_ending": float,
+                                                  "error": float, "error_breakdown": float,
+                                                  "tracked_stretch": float, "breakdown_stretch": float}))
 
 
 def test_the_slowest_stage_is_the_one_that_ends_the_iteration():
@@ -323,15 +329,3 @@ def test_the_slowest_stage_is_the_one_that_ends_the_iteration():
     balanced = predict(validate(Config(model=presets.model("small"), layout=Layout(
         pp=2, schedule="1f1b", microbatches=4, micro_batch=1))), HW)
     assert balanced["slowest_stage"] == 0  # 1F1B: the first stage runs the last backward
-
-
-def test_each_path_constant_is_taken_at_its_least_cost_round():
-    from distperf.measure.path_fits import least_cost
-
-    rounds = [{"tp_collective_s": 3e-3, "tp_sp_collective_s": 1e-3, "fsdp_overlap": -0.8},
-              {"tp_collective_s": 1e-3, "tp_sp_collective_s": 2e-3, "fsdp_overlap": -0.3},
-              {"tp_collective_s": 2e-3, "tp_sp_collective_s": 3e-3, "fsdp_overlap": -0.6}]
-    assert least_cost(rounds) == {"tp_collective_s": 1e-3, "tp_sp_collective_s": 1e-3, "fsdp_overlap": -0.3}
-    actions = [{"pp_action_s": 2e-3, "twobw_action_s": 1e-3}, {"pp_action_s": 1e-3, "twobw_action_s": 4e-3}]
-    assert least_cost(actions) == {"pp_action_s": 1e-3, "twobw_action_s": 1e-3}
-    assert least_cost([]) == {}

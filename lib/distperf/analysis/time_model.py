@@ -165,17 +165,23 @@ def _breakdown_share(row) -> float:
     return float(seen) / float(window) if ok else np.nan
 
 
-def _stage_share(row, stage: int) -> float:
-    """The share of its breakdown step that the rank of pipeline rank ``stage`` spent communicating (the most, if
-    several ranks hold that stage); NaN where the run's per-rank breakdown or pipeline ranks are missing."""
-    def listed(column):
-        value = row.get(column)
-        return json.loads(value) if isinstance(value, str) else value if isinstance(value, list) else []
+def _listed(row, column) -> list:
+    """A per-rank column of a result (a JSON list when read back from a table), [] where missing."""
+    value = row.get(column)
+    return json.loads(value) if isinstance(value, str) else value if isinstance(value, list) else []
 
-    shares = [c / w for c, w, s in zip(listed("time_breakdown_s.per_rank.communication"),
-                                       listed("time_breakdown_s.per_rank.window"),
-                                       listed("memory_bytes.per_rank.pipeline_rank")) if s == stage and w]
-    return max(shares) if shares else np.nan
+
+def _ending_share(row, stage: int) -> float:
+    """The share of its breakdown step that the rank which ends the iteration spent communicating: of the ranks at
+    pipeline rank ``stage`` (the model's ``slowest_stage``; every rank without a pipeline), the one whose own work (its
+    window less its communication) took longest, the one its stage's other ranks wait for; NaN without a per-rank
+    breakdown."""
+    stages = _listed(row, "memory_bytes.per_rank.pipeline_rank")
+    pairs = list(zip(_listed(row, "time_breakdown_s.per_rank.communication"),
+                     _listed(row, "time_breakdown_s.per_rank.window")))
+    held = [(w - c, c / w) for i, (c, w) in enumerate(pairs)
+            if w and (len(stages) != len(pairs) or stages[i] == stage)]
+    return max(held)[1] if held else np.nan
 
 
 def exposed_errors(tables: dict, hw) -> pd.DataFrame:
@@ -185,27 +191,30 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     pipeline) and the signed ``error``.
 
     Two instruments measure it, each on a step of its own after the timed steps (:mod:`distperf.measure.steps`):
-    ``breakdown_s``, the breakdown step's communication class (the profiler alone, with ``Work.wait`` as spans:
-    :mod:`distperf.measure.breakdown`) as a share of that step's window, on the rank whose step took longest (the one
-    the model's exposed communication and bubble describe: the others' extra waiting is that rank's lateness), times
-    the measured iteration; and
+    the breakdown step's communication class (the profiler alone, with ``Work.wait`` as spans:
+    :mod:`distperf.measure.breakdown`) as a share of that step's window, times the measured iteration, and
     ``tracked_s``, the communication step's exposed waiting of the kind (``communication.exposed_s.<kind>``, the most
     exposed rank's: :class:`distperf.measure.comm.CommTracker`, whose dispatch mode sees every operator and slows the
-    step down). The goal's instrument (``measured_s``) is the breakdown step where it saw the waits (the result's
-    ``measured_steps.breakdown_waits``; tables measured before 2 December 2026 lack it, and their breakdown step
-    missed every wait that runs in Python, a pipeline's above all) and the communication step otherwise.
-    ``stage_s``: the breakdown step's, for a pipeline on the stage the model says ends the iteration (the prediction's
-    ``slowest_stage``) instead of the rank whose step took longest (pipelines' ranks can end within a percent of each
-    other while one waits ten times as long as the other), a diagnosis beside the goal's instrument, declared after
-    it, where the breakdown step saw the waits. ``error_breakdown``, ``error_tracked`` and ``error_stage`` are the
-    model's against each; ``tracked_stretch`` and ``breakdown_stretch`` each step's window over the measured iteration
-    (how much its instrument slowed it).
+    step down). The breakdown step is read on the rank the model's exposed communication and bubble describe, the one
+    that ends the iteration (``ending_s``, :func:`_ending_share`): of the ranks at the pipeline stage the prediction
+    says ends it (``slowest_stage``; every rank without a pipeline), the one whose own work took longest, so that no
+    rank's lateness counts as its communication. Until 3 December 2026 it was read on the rank whose breakdown step
+    took longest (``breakdown_s``); but ranks joined by collectives end their steps within a percent of each other,
+    and on the seventh build of the book that rank was, in two data-parallel runs, the early one, whose 0.14-0.17 s
+    of waiting for the other was five times the all-reduce it waited on (the other's 0.026-0.029 s; the model's
+    0.025 s), and in a pipeline partitioned 1:5 the stage the model does not describe. The rule was changed after
+    that build and is validated on the builds after it; both columns stay. The goal's instrument (``measured_s``) is
+    ``ending_s`` where the breakdown step saw the waits (the result's ``measured_steps.breakdown_waits``; tables
+    measured before 2 December 2026 lack it, and their breakdown step missed every wait that runs in Python, a
+    pipeline's above all) and the communication step otherwise. ``error_ending``, ``error_breakdown`` and
+    ``error_tracked`` are the model's against each; ``tracked_stretch`` and ``breakdown_stretch`` each step's window
+    over the measured iteration (how much its instrument slowed it).
     PipeDream-2BW's communication is measured on a drained step (the pipeline fills and drains inside it, which its
     training steps do not), so its bubble there is that of the same pipeline flushed under 1F1B."""
     frame = _frame(tables)
     columns = ["experiment", "strategy", "model", "kind", "instrument", "measured_s", "predicted_s", "tracked_s",
-               "breakdown_s", "stage_s", "tracked_stretch", "breakdown_stretch"]
-    errors_ = ["error", "error_tracked", "error_breakdown", "error_stage"]
+               "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch"]
+    errors_ = ["error", "error_tracked", "error_breakdown", "error_ending"]
     if hw is None or not len(frame):
         return pd.DataFrame(columns=columns + errors_)
     degrees = frame[[f"config.layout.{d}" for d in KIND_OF]].astype(int)
@@ -222,27 +231,26 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         iteration = float(r["iteration_time_s.median"])
         tracked = r.get(f"communication.exposed_s.{kind}")
         tracked = np.nan if tracked is None or pd.isna(tracked) else float(tracked)
-        step = _breakdown_share(r) * iteration
-        window = r.get("time_breakdown_s.window")
-        waits = _seen(r.get("measured_steps.breakdown_waits")) and not np.isnan(step)
-        measured = step if waits else tracked
-        if np.isnan(measured) or measured <= EXPOSED_SHARE * iteration:
-            continue
         t = p["time_s"]
         bubble, last = t["bubble"], p["slowest_stage"]
         if r["config.layout.schedule"] == "2bw":  # its measured step is drained: the fill and drain of a flush
             cfg = rows.config_of_row(r)
             flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw, check=False)
             bubble, last = flushed["time_s"]["bubble"], flushed["slowest_stage"]
+        step, ending = _breakdown_share(r) * iteration, _ending_share(r, last) * iteration
+        window = r.get("time_breakdown_s.window")
+        waits = _seen(r.get("measured_steps.breakdown_waits")) and not np.isnan(ending)
+        measured = ending if waits else tracked
+        if np.isnan(measured) or measured <= EXPOSED_SHARE * iteration:
+            continue
         value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
-        stage = (_stage_share(r, last) * iteration if kind == "pipeline_parallel" else step) if waits else np.nan
         out.append({"experiment": r.experiment, "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
                     "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
-                    "predicted_s": value, "tracked_s": tracked, "breakdown_s": step, "stage_s": stage,
-                    "tracked_stretch": _tracked_window(r) / iteration,
+                    "predicted_s": value, "tracked_s": tracked, "breakdown_s": step,
+                    "ending_s": ending if waits else np.nan, "tracked_stretch": _tracked_window(r) / iteration,
                     "breakdown_stretch": float(window) / iteration if window is not None else np.nan})
     table = pd.DataFrame(out, columns=columns)
-    for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s", "stage_s")):
+    for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s", "ending_s")):
         table[error] = signed_error(table.predicted_s, table[against]) if len(table) else pd.Series(dtype=float)
     return held_out(table).reset_index(drop=True)
 
@@ -481,8 +489,7 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     """How much the path constants move within one calibration: each constant recomputed from every round of the
     path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :data:`distperf.measure.calibrate.
     PATH_ROUNDS`), and the contention ratios of each round (``conditions.contention_rounds``) — ``constant``, ``unit``, ``rounds``, ``min``, ``median`` and ``max`` over the rounds, and ``profile``,
-    the value the profile holds (each constant's least-cost round, :func:`distperf.measure.path_fits.least_cost`; in
-    profiles made before 2 December 2026, from the rounds' median times). Empty without rounds."""
+    the value the profile holds (from the rounds' median times). Empty without rounds."""
     from ..measure.path_fits import path_constants, pipeline_actions
 
     columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
@@ -542,22 +549,20 @@ def instruments_sentence(exposed: pd.DataFrame) -> str:
                    f"{both.tracked_stretch.max():.2f}), the breakdown step's {both.breakdown_stretch.median():.2f} "
                    f"({both.breakdown_stretch.max():.2f})")
     goal = exposed.instrument.value_counts()
-    staged = exposed.dropna(subset=["stage_s"]) if "stage_s" in exposed else None
-    moved = staged[(staged.stage_s - staged.breakdown_s).abs() > 1e-12] if staged is not None else ()
+    read = exposed.dropna(subset=["ending_s"]) if "ending_s" in exposed else None
+    moved = read[(read.ending_s - read.breakdown_s).abs() > 1e-12] if read is not None else ()
+    rank = ""
     if len(moved):
-        stage = (f"; taken on the pipeline stage the model says ends the iteration rather than on the rank whose breakdown "
-                 f"step took longest (a diagnosis declared after the data; it changes {len(moved)} of them), the "
-                 f"breakdown step's median |error| would be {staged.error_stage.abs().median():.0%} (largest "
-                 f"{staged.error_stage.abs().max():.0%}) against {staged.error_breakdown.abs().median():.0%} "
-                 f"({staged.error_breakdown.abs().max():.0%})")
-    else:
-        stage = ""
+        rank = (f"; read on the rank whose breakdown step took longest, as until 3 December 2026, instead of the one "
+                f"that ends the iteration (it changes {len(moved)} of them), the model's median |error| would be "
+                f"{read.error_breakdown.abs().median():.0%} (largest {read.error_breakdown.abs().max():.0%}) against "
+                f"{read.error_ending.abs().median():.0%} ({read.error_ending.abs().max():.0%})")
     return (f"over {len(both)} configurations the communication step's waits differ from the breakdown step's "
             f"communication by a median of {apart:.0%}{stretch}; the model's median |error| is "
-            f"{both.error_breakdown.abs().median():.0%} against the breakdown step and "
+            f"{both.error.abs().median():.0%} against the goal's instrument and "
             f"{both.error_tracked.abs().median():.0%} against the communication step; the goal's instrument is the "
             f"breakdown step in {goal.get('breakdown step', 0)} of them and the communication step in "
-            f"{goal.get('communication step', 0)} (measured before its breakdown step saw the waits){stage}")
+            f"{goal.get('communication step', 0)} (measured before its breakdown step saw the waits){rank}")
 
 
 def gemm_drift(first, again, smallest: int = 128) -> str:

@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from ..cost.collectives import ring_terms  # noqa: F401 (the fits below, and their readers, use it)
-from .path_fits import PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, least_cost, path_constants, pipeline_actions
+from .path_fits import PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, path_constants, pipeline_actions
 from .profiles import sidecar_path
 from .speed import slowest
 
@@ -388,23 +388,20 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 
 # The contention and path probes are the noisiest measurements of a calibration (a busy two-core machine moves a path
 # probe by ±20 %, the copy's contention between 1.1 and 2.3): a full calibration repeats them, with every round in the
-# sidecar (conditions.contention_rounds, conditions.path_rounds), and keeps each contention ratio's least and each path
-# constant at its least-cost round (path_fits.least_cost). The least: a contention round reads either the ranks' steady
-# sharing of the cores (≈ 1.0-1.1× here) or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's
-# median step rides out. On four builds of the book on this machine, the held-out runs priced with the least round's
-# ratios missed by a median of about 6 %, 9 %, 30 % and 12 %, with the median's 47 %, 8 %, 36 % and 13 % (the rule was
-# chosen on the first three; the chapter "Where the time goes" prices each round of its build). The path constants
-# (residuals of a probe's time after every other term) took the rounds' median times until 2 December 2026; on the
-# sixth build the tensor-parallel collective's rounds read 1.4-3.7 ms, the profile 3.1 ms, and the tensor-parallel
-# runs were over-predicted by up to 47 %: the same rule for them was declared after that build (priced with its
-# least rounds, 6.5 % / 24 % against 8.5 % / 47 %; on the fifth, 10.7 % / 35 % against 12.1 % / 32 %) and is
-# validated on the builds after it.
+# sidecar (conditions.contention_rounds, conditions.path_rounds), and keeps each path's median and each contention
+# ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores (≈ 1.0-1.1× here)
+# or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's median step rides out. On four builds
+# of the book on this machine, the held-out runs priced with the least round's ratios missed by a median of about
+# 6 %, 9 %, 30 % and 12 %, with the median's 47 %, 8 %, 36 % and 13 % (the rule was chosen on the first three; the
+# chapter "Where the time goes" prices each round of its build); on the seventh, 10.3 % against 6.5-7.9 % for each of
+# its other rounds (with the path constants at their least-cost rounds, below). The path constants (residuals of a
+# probe's time after every other term) take the rounds' median times. Their least-cost round (the least time; for
+# FSDP2 the most overlap) was tried after the sixth build, whose tensor-parallel collective read 1.4-3.7 ms over its
+# rounds and over-predicted tensor-parallel runs by up to 47 % (priced with the least rounds: 6.5 % / 24 % median and
+# largest |error| of the analytical mode, against the median's 8.5 % / 47 %); on the seventh build, the first it had
+# not seen, it did worse: 10.3 % / 26 % against 8.9 % / 24 % (profiled mode 7.2 % / 26 % against 6.0 % / 19 %), and
+# was dropped.
 PATH_ROUNDS, PATH_ROUNDS_FROM_REPS = 3, 10
-
-
-def _path_rounds(conditions: dict) -> list[dict]:
-    """The rounds of the path probes (a quick calibration has one: its ``paths``)."""
-    return conditions.get("path_rounds") or [conditions["paths"]]
 
 
 def least_contention(rounds: list[dict]) -> dict:
@@ -658,7 +655,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                           reps=5 if quick else 15, timeout=timeout)
         issued_fits = fit_issued(conditions["issued"], fits)
         kernels["contention"] = conditions["contention"]
-        paths = least_cost([path_constants(r, kernels, issued_fits, ranks) for r in _path_rounds(conditions)])
+        paths = path_constants(conditions["paths"], kernels, issued_fits, ranks)
         kernels["contention"]["fsdp"] = paths["fsdp_overlap"]
         kernels["wrappers"].update(tp_collective_s=paths["tp_collective_s"],
                                    tp_sp_collective_s=paths["tp_sp_collective_s"])
@@ -678,8 +675,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
     if conditions is not None and "pp_microbatch_s" in conditions["paths"]:
         from dataclasses import replace
 
-        actions = least_cost([pipeline_actions(r, hw, ranks) for r in _path_rounds(conditions)])
-        hw = replace(hw, kernels=replace(hw.kernels, **actions))
+        hw = replace(hw, kernels=replace(hw.kernels, **pipeline_actions(conditions["paths"], hw, ranks)))
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "phases_s": phases, "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,

@@ -56,19 +56,6 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
             "fsdp_overlap": min(max(1 - exposed / gathers, -kn.FSDP_EXPOSURE_MAX), 1.0)}
 
 
-# which way each path constant costs less: its least-cost round is the one the machine disturbed least (the rule of
-# distperf.measure.calibrate's comment at PATH_ROUNDS)
-CHEAPER = {"tp_collective_s": min, "tp_sp_collective_s": min, "fsdp_overlap": max, "pp_action_s": min,
-           "twobw_action_s": min}
-
-
-def least_cost(rounds: list[dict]) -> dict:
-    """Each constant of :data:`CHEAPER` found in ``rounds`` (the constants of :func:`path_constants` or
-    :func:`pipeline_actions`, one dict per round of the path probes) at its least-cost round: the least time, the
-    largest overlap."""
-    return {name: pick(r[name] for r in rounds) for name, pick in CHEAPER.items() if rounds and name in rounds[0]}
-
-
 def pipeline_actions(paths: dict, hw, world: int) -> dict:
     """``pp_action_s`` and ``twobw_action_s``: what torch's pipelining runtime and the 2BW engine cost per action (a
     microbatch's forward or backward on a stage) beyond every other term of the cost model: (what the engine adds to a
