@@ -329,3 +329,35 @@ def test_the_slowest_stage_is_the_one_that_ends_the_iteration():
     balanced = predict(validate(Config(model=presets.model("small"), layout=Layout(
         pp=2, schedule="1f1b", microbatches=4, micro_batch=1))), HW)
     assert balanced["slowest_stage"] == 0  # 1F1B: the first stage runs the last backward
+
+
+def _time_goals_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "time_goals.py"
+    spec = importlib.util.spec_from_file_location("time_goals", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_time_goals_script_prints_the_goal_table_from_the_data():
+    def goal_rows(text):
+        return {line.split()[0]: line.split()[1:] for line in text.splitlines() if "≤" in line}
+
+    text = _time_goals_script().report(tables(1.25), HW)  # every run measured 1.25 × the analytical prediction
+    found = goal_rows(text)
+    assert found["analytical"][:3] == ["3", "20.0%", "20.0%"] and found["analytical"][-1] == "False"
+    assert found["profiled"][:3] == ["3", "2.0%", "3.0%"] and found["profiled"][-1] == "True"
+    assert found["exposed"][-1] == "None" and "-" in found["exposed"]  # no run measured it
+    assert any(line.split() == ["one", "device", "-20.0%", "+2.0%"] for line in text.splitlines())
+    assert goal_rows(_time_goals_script().report(tables(1.02), HW))["analytical"][-1] == "True"
+
+
+def test_the_time_goals_script_says_what_is_missing(monkeypatch, tmp_path, capsys):
+    from distperf import results
+
+    monkeypatch.setattr(results, "book_dir", lambda scale=None: tmp_path)
+    assert _time_goals_script().main(["--scale", "cpu"]) == 2
+    assert "hardware.json is missing: run `make data SCALE=cpu` first" in capsys.readouterr().err

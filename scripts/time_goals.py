@@ -1,0 +1,72 @@
+"""The time model's goals on one build's own measurements, printed: the table of the chapter "Where the time goes".
+
+    make data SCALE=cpu && .venv/bin/python scripts/time_goals.py [--scale cpu]
+
+Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, or the archive with
+``DISTPERF_FROM=reference``) and their hardware profile, and prints: the median and largest |signed error| of the
+analytical and profiled modes over the held-out configurations and of the exposed communication per kind, against
+the goals (:func:`distperf.analysis.time_model.goal_table`); how the two instruments of exposed communication compare;
+the exposed communication's errors per kind; and each strategy's median signed error in both modes. The chapter
+itself reads a default build's long studies from the archive; this reads only what the build measured, and names the
+tables it lacks (a default build at ``cpu`` leaves the long studies out: ``make data LONG=measure`` measures them).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from distperf import results
+from distperf.analysis import time_breakdown as tb
+from distperf.analysis import time_model as tm
+from distperf.config import ConfigError
+from distperf.hardware import load_profile
+
+
+def report(tables: dict, hw) -> str:
+    """The goals, instruments, exposed communication per kind and per-strategy errors, as text."""
+    errs, exposed = tm.errors(tables, hw), tm.exposed_errors(tables, hw)
+    goals = tm.goal_table(errs, exposed)
+    shown = goals.assign(**{c: goals[c].map(lambda x: f"{x:.1%}" if x == x else "-") for c in ("median |error|", "largest |error|")})
+    parts = [shown.to_string(index=False), "", "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
+    if len(exposed):
+        kinds = exposed.assign(e=exposed.error.abs()).groupby("kind").e.agg(["count", "median", "max"])
+        parts += ["", kinds.rename(columns={"count": "configurations", "median": "median |error|",
+                                            "max": "largest |error|"}).to_string(float_format="{:.1%}".format)]
+    if len(errs):
+        parts += ["", errs.groupby("strategy")[["analytical", "profiled"]].median().to_string(
+            float_format="{:+.1%}".format)]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="cpu", help="the build's scale (default cpu)")
+    args = parser.parse_args(argv)
+    profile = results.book_dir(args.scale) / "hardware.json"
+    if not profile.exists():
+        print(f"error: {profile} is missing: run `make data SCALE={args.scale}` first", file=sys.stderr)
+        return 2
+    try:
+        hw = load_profile(profile)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    tables, missing = {}, []
+    for name in tb.EXPERIMENTS:
+        try:
+            tables[name] = results.load(name, args.scale)
+        except FileNotFoundError:
+            missing.append(name)
+    if not tables:
+        print(f"error: no table of {', '.join(tb.EXPERIMENTS)} in {profile.parent}", file=sys.stderr)
+        return 2
+    print(f"{profile.parent}: {', '.join(tables)}" + (f" (not in this build: {', '.join(missing)})" if missing else ""))
+    with pd.option_context("display.width", 200):
+        print(report(tables, hw))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
