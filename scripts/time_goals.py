@@ -28,7 +28,8 @@ def report(tables: dict, hw) -> str:
     """The goals, instruments, exposed communication per kind and per-strategy errors, as text."""
     errs, exposed = tm.errors(tables, hw), tm.exposed_errors(tables, hw)
     goals = tm.goal_table(errs, exposed)
-    shown = goals.assign(**{c: goals[c].map(lambda x: f"{x:.1%}" if x == x else "-") for c in ("median |error|", "largest |error|")})
+    shown = goals.assign(**{c: goals[c].map(lambda x: f"{x:.1%}" if x == x else "-")
+                            for c in ("median |error|", "largest |error|")})
     parts = [shown.to_string(index=False), "", "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):
         kinds = exposed.assign(e=exposed.error.abs()).groupby("kind").e.agg(["count", "median", "max"])
