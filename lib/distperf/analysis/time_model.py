@@ -14,7 +14,6 @@ Errors are signed, (predicted − measured) / measured median iteration: negativ
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import numpy as np
@@ -149,9 +148,7 @@ def _seen(value) -> bool:
 def _tracked_window(row) -> float:
     """The communication step's longest window over the ranks (``communication.per_rank[*].window_s``, a JSON list
     when read back from a table), NaN if none."""
-    per_rank = row.get("communication.per_rank")
-    if isinstance(per_rank, str):
-        per_rank = json.loads(per_rank)
+    per_rank = rows.json_cell(row.get("communication.per_rank"))
     windows = [r.get("window_s") for r in per_rank if isinstance(r, dict) and r.get("window_s") is not None] \
         if isinstance(per_rank, list) else []
     return float(max(windows)) if windows else np.nan
@@ -165,20 +162,15 @@ def _breakdown_share(row) -> float:
     return float(seen) / float(window) if ok else np.nan
 
 
-def _listed(row, column) -> list:
-    """A per-rank column of a result (a JSON list when read back from a table), [] where missing."""
-    value = row.get(column)
-    return json.loads(value) if isinstance(value, str) else value if isinstance(value, list) else []
-
-
 def _ending_share(row, stage: int) -> float:
     """The share of its breakdown step that the rank which ends the iteration spent communicating: of the ranks at
     pipeline rank ``stage`` (the model's ``slowest_stage``; every rank without a pipeline), the one whose own work (its
     window less its communication) took longest, the one its stage's other ranks wait for; NaN without a per-rank
     breakdown."""
-    stages = _listed(row, "memory_bytes.per_rank.pipeline_rank")
-    pairs = list(zip(_listed(row, "time_breakdown_s.per_rank.communication"),
-                     _listed(row, "time_breakdown_s.per_rank.window")))
+    stages, comm, windows = (rows.json_cell(row.get(c)) or [] for c in (
+        "memory_bytes.per_rank.pipeline_rank", "time_breakdown_s.per_rank.communication",
+        "time_breakdown_s.per_rank.window"))
+    pairs = list(zip(comm, windows))
     held = [(w - c, c / w) for i, (c, w) in enumerate(pairs)
             if w and (len(stages) != len(pairs) or stages[i] == stage)]
     return max(held)[1] if held else np.nan
