@@ -3,7 +3,7 @@
     make data SCALE=cpu && .venv/bin/python scripts/time_goals.py [--scale cpu]
 
 Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, or the archive with
-``DISTPERF_FROM=reference``) and their hardware profile, and prints: the median and largest |signed error| of the
+``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy probes and whether they settled; the median and largest |signed error| of the
 analytical and profiled modes over the held-out configurations and of the exposed communication per kind, against
 the goals (:func:`distperf.analysis.time_model.goal_table`); how the two instruments of exposed communication compare;
 the exposed communication's errors per kind; and each strategy's median signed error in both modes. The chapter
@@ -22,6 +22,7 @@ from distperf.analysis import time_breakdown as tb
 from distperf.analysis import time_model as tm
 from distperf.config import ConfigError
 from distperf.hardware import load_profile
+from distperf.measure.profiles import read_sidecar
 
 
 def report(tables: dict, hw) -> str:
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no table of {', '.join(tb.EXPERIMENTS)} in {profile.parent}", file=sys.stderr)
         return 2
     print(f"{profile.parent}: {', '.join(tables)}" + (f" (not in this build: {', '.join(missing)})" if missing else ""))
+    print("Calibration's noisy probes: " + tm.rounds_sentence(read_sidecar(profile)) + ".")
     with pd.option_context("display.width", 200):
         print(report(tables, hw))
     return 0

@@ -221,6 +221,29 @@ def test_path_rounds_recompute_each_constant_from_every_round():
     assert tm.path_rounds({"conditions": {}}, hw).empty and tm.path_rounds(None, hw).empty
 
 
+def test_path_rounds_refit_each_collectives_alpha_on_every_round_of_the_issued_collectives():
+    from dataclasses import replace as swap
+
+    from distperf.cost.collectives import ring_terms
+
+    hw = swap(PRESETS["A100-80GB"], kernels=synthetic_costs(), collectives=(("all-reduce", 5e-4, 1e9),))
+    fits = {kind: {"all": {"alpha": 1e-4, "beta": 1e9}} for kind in ("all-reduce", "all-gather", "reduce-scatter",
+                                                                      "send")}
+
+    def issued(alpha):
+        return [{"collective": "all-reduce", "ranks": 2, "bytes": n,
+                 "seconds": ring_terms("all-reduce", 2, n)[0] * alpha + ring_terms("all-reduce", 2, n)[1] / 1e9}
+                for n in (4, 1024, 65536, 1048576)]
+
+    paths = {"plain_layer_s": 0.0, "tp_layer_s": 0.01, "tp_sp_layer_s": 0.01, "plain_stack_s": 0.01,
+             "fsdp_stack_s": 0.05}
+    side = {"ranks": 2, "issued_fits": fits, "conditions": {"path_rounds": [paths] * 3,
+                                                            "issued_rounds": [issued(a) for a in (2e-4, 9e-4, 4e-4)]}}
+    row = tm.path_rounds(side, hw).set_index("constant").loc["all-reduce α (issued)"]
+    assert row["rounds"] == 3 and row["unit"] == "µs" and row["profile"] == pytest.approx(500)
+    assert (row["min"], row["median"], row["max"]) == pytest.approx((200, 400, 900), rel=1e-6)
+
+
 def test_a_drained_2bw_step_is_compared_with_a_flushed_pipelines_bubble():
     from distperf.analysis import rows as rows_mod
 
@@ -361,3 +384,14 @@ def test_the_time_goals_script_says_what_is_missing(monkeypatch, tmp_path, capsy
     monkeypatch.setattr(results, "book_dir", lambda scale=None: tmp_path)
     assert _time_goals_script().main(["--scale", "cpu"]) == 2
     assert "hardware.json is missing: run `make data SCALE=cpu` first" in capsys.readouterr().err
+
+
+def test_the_rounds_sentence_says_whether_the_calibrations_constants_settled():
+    rule = {"least": 3, "most": 8, "settled": 0.1, "budget_s": 150.0}
+    loud = {"rounds": 7, "settled": False, "seconds": 155.5, "rule": rule,
+            "last_moves": {"send alpha": 0.19, "tp_layer_s": 0.02}}
+    said = tm.rounds_sentence({"conditions": {"rounds": loud}})
+    assert said.startswith("7 rounds in 156 s") and "did not settle within 10%" in said and "send alpha" in said
+    quiet = {**loud, "rounds": 3, "settled": True, "last_moves": {"send alpha": 0.05}}
+    assert "the constants settled" in tm.rounds_sentence({"conditions": {"rounds": quiet}})
+    assert "predates the rule" in tm.rounds_sentence({"conditions": {}})

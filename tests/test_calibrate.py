@@ -9,8 +9,9 @@ import pytest
 
 from distperf.cli import main as cli
 from distperf.hardware import load_profile
-from distperf.measure.calibrate import (fit_alpha_beta, fit_collectives, fit_issued, least_contention, ring_terms,
-                                        sidecar_path)
+from distperf.cost.collectives import ring_terms
+from distperf.measure.alpha_beta import fit_alpha_beta, fit_collectives, fit_issued
+from distperf.measure.calibrate import least_contention, sidecar_path
 from distperf.measure.kernels import LINEAR_SIZES_QUICK
 
 
@@ -60,6 +61,9 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     hw = load_profile(out)
     side = json.loads(sidecar_path(out).read_text())
     assert side["threads"] == 1 and side["quick"] is True
+    rounds = side["conditions"]["rounds"]  # a quick calibration runs one round of the noisy probes
+    assert rounds["rounds"] == 1 and len(side["conditions"]["issued_rounds"]) == 1 and not rounds["settled"]
+    assert side["conditions"]["issued"] == side["conditions"]["issued_rounds"][0]
     assert 0 <= side["background_cpu_share"] <= 1  # the machine's share other processes used meanwhile
     # the profile is made of the sidecar's measurements
     assert hw.flops_fp32 == max(r["flops_per_s"] for r in side["gemm"] if r["dtype"] == "float32")

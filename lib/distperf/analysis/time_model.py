@@ -479,9 +479,12 @@ PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_sp_collective_s", 1e6, "
 
 def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     """How much the path constants move within one calibration: each constant recomputed from every round of the
-    path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :data:`distperf.measure.calibrate.
-    PATH_ROUNDS`), and the contention ratios of each round (``conditions.contention_rounds``) — ``constant``, ``unit``, ``rounds``, ``min``, ``median`` and ``max`` over the rounds, and ``profile``,
-    the value the profile holds (from the rounds' median times). Empty without rounds."""
+    path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :mod:`distperf.measure.rounds`),
+    the contention ratios of each round (``conditions.contention_rounds``) and each collective's α fitted on each
+    round of the issued collectives (``conditions.issued_rounds``) — ``constant``, ``unit``, ``rounds``, ``min``,
+    ``median`` and ``max`` over the rounds, and ``profile``, the value the profile holds (the path constants and α
+    from the rounds' median times). Empty without rounds."""
+    from ..measure.alpha_beta import fit_collectives
     from ..measure.path_fits import path_constants, pipeline_actions
 
     columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
@@ -504,7 +507,32 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
         if seen:
             out.append((name, unit, len(seen), min(seen), float(np.median(seen)), max(seen),
                         getattr(hw.kernels, name) * scale))
+    issued = [fit_collectives(rows) for rows in conditions.get("issued_rounds") or []]
+    for kind, alpha, _ in hw.collectives:
+        seen = [fits[kind]["all"]["alpha"] * 1e6 for fits in issued if kind in fits]
+        if seen:
+            out.append((f"{kind} α (issued)", "µs", len(seen), min(seen), float(np.median(seen)), max(seen),
+                        alpha * 1e6))
     return pd.DataFrame(out, columns=columns)
+
+
+def rounds_sentence(side: dict | None) -> str:
+    """How many rounds the calibration ran of its noisy probes and whether the constants settled
+    (:mod:`distperf.measure.rounds`; the sidecar's ``conditions.rounds``), in words."""
+    record = ((side or {}).get("conditions") or {}).get("rounds")
+    if not record:
+        return ("this calibration predates the rule: it ran a fixed number of rounds of the path and contention probes "
+                "and one of the issued collectives")
+    moved = record.get("last_moves") or {}
+    rule = record.get("rule") or {}
+    most = max(moved, key=moved.get) if moved else None
+    said = (f"{record['rounds']} round{'s' if record['rounds'] != 1 else ''} in {record.get('seconds', 0):.0f} s "
+            f"(at least {rule.get('least')}, at most {rule.get('most')}, none started after "
+            f"{rule.get('budget_s', 0):.0f} s)")
+    if most is None:
+        return f"{said}: too few to tell whether the constants settled"
+    verdict = "settled" if record.get("settled") else f"did not settle within {rule.get('settled', 0):.0%}"
+    return f"{said}; the constants {verdict}: the last round moved {most} most, by {moved[most]:.1%}"
 
 
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:

@@ -56,9 +56,10 @@ from pathlib import Path
 
 import torch
 
-from ..cost.collectives import ring_terms  # noqa: F401 (the fits below, and their readers, use it)
+from .alpha_beta import fit_collectives, fit_issued
 from .path_fits import PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, path_constants, pipeline_actions
 from .profiles import sidecar_path
+from .rounds import ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, median_rows, moves, settled
 from .speed import slowest
 
 SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
@@ -331,29 +332,33 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
             times.append(time.perf_counter() - start)
         return statistics.median(times[2:])
 
-    base = per_iteration(lambda: None)
-    rows = []
-    for collective in COLLECTIVES:
-        for nbytes in sizes:
-            numel = max(world, (nbytes // 4) // world * world)
-            buf, part = torch.ones(numel), torch.ones(numel // world)
-            if collective == "all-reduce":
-                op = (lambda: dist.all_reduce(buf))
-            elif collective == "all-gather":
-                op = (lambda: dist.all_gather_into_tensor(buf, part))
-            elif collective == "reduce-scatter":
-                op = (lambda: dist.reduce_scatter_tensor(part, buf))
-            elif rank == 0:
-                op = (lambda: (dist.send(buf, 1), dist.recv(buf, 1)))
-            elif rank == 1:
-                op = (lambda: (dist.recv(buf, 0), dist.send(buf, 0)))
-            else:
-                op = (lambda: None)
-            seconds = max(per_iteration(op) - base, 0.0) / (2 if collective == "send" else 1)
-            seconds = slowest(seconds, device)
-            if rank == 0:
-                rows.append({"collective": collective, "ranks": world, "bytes": numel * 4, "seconds": seconds})
+    def issued() -> list[dict]:  # rank 0's rows; the burst's own time measured again, just before
+        base = per_iteration(lambda: None)
+        rows = []
+        for collective in COLLECTIVES:
+            for nbytes in sizes:
+                numel = max(world, (nbytes // 4) // world * world)
+                buf, part = torch.ones(numel), torch.ones(numel // world)
+                if collective == "all-reduce":
+                    op = (lambda: dist.all_reduce(buf))
+                elif collective == "all-gather":
+                    op = (lambda: dist.all_gather_into_tensor(buf, part))
+                elif collective == "reduce-scatter":
+                    op = (lambda: dist.reduce_scatter_tensor(part, buf))
+                elif rank == 0:
+                    op = (lambda: (dist.send(buf, 1), dist.recv(buf, 1)))
+                elif rank == 1:
+                    op = (lambda: (dist.recv(buf, 0), dist.send(buf, 0)))
+                else:
+                    op = (lambda: None)
+                seconds = max(per_iteration(op) - base, 0.0) / (2 if collective == "send" else 1)
+                seconds = slowest(seconds, device)
+                if rank == 0:
+                    rows.append({"collective": collective, "ranks": world, "bytes": numel * 4, "seconds": seconds})
+        return rows
+
     # overlap: an asynchronous all-reduce of 1 MiB (a DDP bucket's order) issued before a burst of compute, waited after
+    base = per_iteration(lambda: None)
     buf = torch.ones(1 << 18)
     alone = max(per_iteration(lambda: dist.all_reduce(buf)) - base, 1e-9)
 
@@ -370,26 +375,42 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
         times.append(time.perf_counter() - start)
     hidden = (base + alone - statistics.median(times[2:])) / min(base, alone)
     overlap = slowest(-min(max(hidden, 0.0), 1.0), device)  # the least any rank hides
-    repeats = PATH_ROUNDS if reps >= PATH_ROUNDS_FROM_REPS else 1
-    ratios = [contention_round(0.2, device) for _ in range(repeats)]  # rank 0's; None on the others
+    # rounds of the noisy probes until the constants taken from their medians settle (distperf.measure.rounds);
+    # rank 0 decides, every rank follows (their collectives pair up)
+    least, most = (ROUNDS_MIN, ROUNDS_MAX) if reps >= PATH_ROUNDS_FROM_REPS else (1, 1)
+    issued_rounds, ratios, rounds, moved = [], [], [], {}
+    began = time.monotonic()
+    while True:
+        issued_rounds.append(issued())
+        ratios.append(contention_round(0.2, device))  # rank 0's; None on the others
+        rounds.append({name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()})
+        go = [None]
+        if rank == 0:
+            moved = moves(issued_rounds, rounds)
+            go = [another_round(len(rounds), time.monotonic() - began, moved, least, most)]
+        dist.broadcast_object_list(go, src=0)
+        if not go[0]:
+            break
     contention = {"overlap": -overlap}
-    if rank == 0:
-        contention.update(least_contention(ratios))
-    rounds = [{name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()}
-              for _ in range(repeats)]
     paths = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
     dist.barrier()
     if rank == 0:
+        contention.update(least_contention(ratios))
+        record = {"rounds": len(rounds), "settled": settled(moved), "last_moves": moved, "rule": {
+            "least": least, "most": most, "settled": SETTLED, "budget_s": ROUNDS_BUDGET_S},
+            "seconds": round(time.monotonic() - began, 2)}
         with open(out, "w") as f:
-            json.dump({"issued": rows, "contention": contention, "compute_between_s": base, "paths": paths,
-                       "path_rounds": rounds, "contention_rounds": ratios}, f)
+            json.dump({"issued": median_rows(issued_rounds), "issued_rounds": issued_rounds, "contention": contention,
+                       "compute_between_s": base, "paths": paths, "path_rounds": rounds, "contention_rounds": ratios,
+                       "rounds": record}, f)
     dist.destroy_process_group()
 
 
-# The contention and path probes are the noisiest measurements of a calibration (a busy two-core machine moves a path
-# probe by ±20 %, the copy's contention between 1.1 and 2.3): a full calibration repeats them, with every round in the
-# sidecar (conditions.contention_rounds, conditions.path_rounds), and keeps each path's median and each contention
-# ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores (≈ 1.0-1.1× here)
+# The issued collectives, the contention and the path probes are the noisiest measurements of a calibration (a busy
+# two-core machine moves a path probe by ±20 %, the copy's contention between 1.1 and 2.3): a full calibration repeats
+# them in rounds until the constants taken from their medians settle (distperf.measure.rounds), with every round in the
+# sidecar (conditions.issued_rounds, contention_rounds, path_rounds, and conditions.rounds: how many, whether they
+# settled), and keeps each issued point's and each path's median and each contention ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores (≈ 1.0-1.1× here)
 # or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's median step rides out. On four builds
 # of the book on this machine, the held-out runs priced with the least round's ratios missed by a median of about
 # 6 %, 9 %, 30 % and 12 %, with the median's 47 %, 8 %, 36 % and 13 % (the rule was chosen on the first three; the
@@ -401,7 +422,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 # largest |error| of the analytical mode, against the median's 8.5 % / 47 %); on the seventh build, the first it had
 # not seen, it did worse: 10.3 % / 26 % against 8.9 % / 24 % (profiled mode 7.2 % / 26 % against 6.0 % / 19 %), and
 # was dropped.
-PATH_ROUNDS, PATH_ROUNDS_FROM_REPS = 3, 10
+PATH_ROUNDS_FROM_REPS = 10  # fewer repetitions (a quick calibration): one round
 
 
 def least_contention(rounds: list[dict]) -> dict:
@@ -531,65 +552,13 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
     all-reduce and the burst of compute it was issued before that ran at once, (burst + all-reduce − both) /
     min(burst, all-reduce), in [0, 1], the least of any rank; ``paths``, the parallel paths' times
-    (:func:`parallel_paths`). With ``reps`` ≥ 10 the paths are the medians of :data:`PATH_ROUNDS`
-    rounds and the contention ratios the least (``contention_rounds``, ``path_rounds``: each round; why the least:
-    the comment at :data:`PATH_ROUNDS`). Raises TimeoutError past
-    ``timeout``."""
-    return _spawned(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out), timeout,
+    (:func:`parallel_paths`). With ``reps`` ≥ 10 the issued collectives, the contention and the paths are measured
+    in rounds until the constants taken from them settle (:mod:`distperf.measure.rounds`; ``issued_rounds``,
+    ``contention_rounds``, ``path_rounds``: each round; ``rounds``: how many, whether they settled, the last round's
+    moves), the issued times and the paths the rounds' medians and the contention ratios the least (why: the comment
+    at :data:`PATH_ROUNDS_FROM_REPS`). Raises TimeoutError past ``timeout`` plus the rounds' budget."""
+    return _spawned(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out), timeout + ROUNDS_BUDGET_S,
                     "the training-conditions benchmark")
-
-
-def fit_alpha_beta(points) -> dict:
-    """Weighted least squares of time = steps·α + volume/β over ``points`` [(collective, n, bytes,
-    seconds)], weights 1/time. Returns {alpha, beta, rms_relative_error, points}. A non-positive α (the
-    smallest messages cost less than the fit's intercept) is replaced by the smallest time per step
-    measured, and the note says so."""
-    import numpy as np
-
-    rows = [(ring_terms(c, n, m), t) for c, n, m, t in points if t > 0]
-    a = np.array([[s, v] for (s, v), _ in rows], dtype=np.float64)
-    t = np.array([t for _, t in rows], dtype=np.float64)
-    w = 1.0 / t
-    (alpha, inv_beta), *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
-    note = ""
-    if not alpha > 0:
-        alpha = float(min(ti / s for (s, _), ti in rows))
-        note = "alpha: the fitted intercept was not positive; the smallest time per step measured is used"
-        inv_beta = float(np.sum(w * w * a[:, 1] * (t - alpha * a[:, 0])) / np.sum(w * w * a[:, 1] ** 2))
-    if not inv_beta > 0:
-        inv_beta = float(min(ti / v for (_, v), ti in rows if v > 0))
-        note += ("; " if note else "") + "beta: the fitted slope was not positive; the best throughput measured is used"
-    pred = a[:, 0] * alpha + a[:, 1] * inv_beta
-    rms = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
-    out = {"alpha": float(alpha), "beta": float(1.0 / inv_beta), "rms_relative_error": rms, "points": len(rows)}
-    if note:
-        out["note"] = note
-    return out
-
-
-def fit_collectives(rows: list[dict]) -> dict:
-    """{collective: {"ranks": {n: fit}, "all": fit over every rank count}}, for the collectives and rank counts with a
-    positive time (a time measured as a difference, as :func:`training_conditions` does, can be none on a busy
-    machine)."""
-    fits = {}
-    rows = [r for r in rows if r["seconds"] > 0]
-    for collective in sorted({r["collective"] for r in rows}):
-        mine = [r for r in rows if r["collective"] == collective]
-        per_n = {}
-        for n in sorted({r["ranks"] for r in mine}):
-            per_n[str(n)] = fit_alpha_beta([(collective, n, r["bytes"], r["seconds"]) for r in mine if r["ranks"] == n])
-        fits[collective] = {"ranks": per_n,
-                            "all": fit_alpha_beta([(collective, r["ranks"], r["bytes"], r["seconds"]) for r in mine])}
-    return fits
-
-
-def fit_issued(rows: list[dict], alone: dict) -> dict:
-    """:func:`fit_collectives` of the collectives as a step issues them (``rows``), and for a collective none of whose
-    times was positive (each size within the noise of the burst before it), its fit alone (``alone``), with a note."""
-    fits = fit_collectives(rows)
-    for kind in sorted(set(alone) - set(fits)):
-        fits[kind] = {**alone[kind], "note": "no positive time as a step issues it: the fit of the collective alone"}
-    return fits
 
 
 # --- the whole calibration ---------------------------------------------------------------------

@@ -75,7 +75,7 @@ def _slope_beta(points) -> float | None:
     rank count, so the α term is the constant c); None unless the slope is positive."""
     import numpy as np
 
-    from .calibrate import ring_terms
+    from ..cost.collectives import ring_terms
 
     volume = np.array([ring_terms(c, n, m)[1] for c, n, m, _ in points], dtype=np.float64)
     seconds = np.array([t for *_, t in points], dtype=np.float64)
@@ -86,12 +86,13 @@ def _slope_beta(points) -> float | None:
 def summarize(rows: list[dict], spec) -> dict:
     """{"fits": {scope: {collective: α-β fit}}, "table": [rows with bandwidth_bit_per_s, set_bit_per_s, ratio]}.
 
-    Each fit has α from all message sizes (:func:`~distperf.measure.calibrate.fit_alpha_beta`) but β
+    Each fit has α from all message sizes (:func:`~distperf.measure.alpha_beta.fit_alpha_beta`) but β
     from messages of :data:`BANDWIDTH_BYTES` and more (``beta_all_sizes`` keeps the other): tbf lets a
     full bucket (its burst, a millisecond at the rate) through at the veth's own speed, so messages of
     tens of KiB beat the set rate, and a fit over all sizes, which weighs relative errors alike, puts β
     up to 50 % above it."""
-    from .calibrate import fit_alpha_beta, ring_terms
+    from ..cost.collectives import ring_terms
+    from .alpha_beta import fit_alpha_beta
 
     fits: dict = {}
     table = []

@@ -1,0 +1,78 @@
+"""When the calibration's noisiest probes have been repeated enough (no torch: the book reads a sidecar's rounds).
+
+The collectives as a step issues them and the parallel-path probes (:func:`distperf.measure.calibrate.
+training_conditions`) are differences of a few milliseconds on a shared machine: on the eighth build of the book on
+this two-core machine, one 8-byte issued all-reduce read 3.68 ms where the build before read 0.37 ms, the issued
+all-reduce's α moved from 0.26 to 0.88 ms, and the tensor-parallel path constant spread from 310 to 2272 µs over its
+three rounds, while the runs it priced moved by a few percent. A full calibration therefore repeats a round (each
+issued collective at each size, the contention probe, the path probes) at least :data:`ROUNDS_MIN` times and then
+until the constants the profile takes from the rounds' medians have **settled**: adding the last round moved none
+of them by more than :data:`SETTLED` (relative), or :data:`ROUNDS_MAX` rounds or :data:`ROUNDS_BUDGET_S` seconds of
+rounds have passed (the sidecar then says that they did not settle). The constants watched are each issued
+collective's α and β (the α-β fit of the rounds' median time at every size) and each path probe's median time.
+"""
+from __future__ import annotations
+
+import statistics
+
+from .alpha_beta import fit_collectives
+
+ROUNDS_MIN, ROUNDS_MAX = 3, 8
+SETTLED = 0.10  # the largest relative move of a watched constant when the last round is added
+ROUNDS_BUDGET_S = 150.0  # no round starts after this many seconds of rounds (then at least ROUNDS_MIN are done)
+
+
+def median_rows(issued_rounds: list[list[dict]]) -> list[dict]:
+    """Each (collective, ranks, bytes) point's median ``seconds`` over the rounds (rows as
+    :func:`distperf.measure.calibrate.collective_times` gives them, in the first round's order)."""
+    seen: dict = {}
+    for rows in issued_rounds:
+        for r in rows:
+            seen.setdefault((r["collective"], r["ranks"], r["bytes"]), []).append(r["seconds"])
+    return [{"collective": c, "ranks": n, "bytes": b, "seconds": statistics.median(times)}
+            for (c, n, b), times in seen.items()]
+
+
+def watched(issued_rounds: list[list[dict]], path_rounds: list[dict]) -> dict:
+    """The constants the profile takes from these rounds: ``<kind> alpha`` and ``<kind> beta`` of
+    :func:`distperf.measure.alpha_beta.fit_collectives` over :func:`median_rows`, and each path probe's median."""
+    out = {}
+    if issued_rounds:
+        for kind, found in fit_collectives(median_rows(issued_rounds)).items():
+            out[f"{kind} alpha"], out[f"{kind} beta"] = found["all"]["alpha"], found["all"]["beta"]
+    for name in (path_rounds[0] if path_rounds else {}):
+        out[name] = statistics.median(r[name] for r in path_rounds)
+    return out
+
+
+def moves(issued_rounds: list[list[dict]], path_rounds: list[dict]) -> dict:
+    """{constant: |with the last round / without it − 1|} of :func:`watched` (empty with fewer than two rounds; a
+    constant that was 0 and stays 0 moved 0, one that leaves 0 moved infinitely)."""
+    if len(path_rounds) < 2 and len(issued_rounds) < 2:
+        return {}
+    before = watched(issued_rounds[:-1], path_rounds[:-1])
+    after = watched(issued_rounds, path_rounds)
+    out = {}
+    for name, value in after.items():
+        old = before.get(name)
+        if old is None:
+            continue
+        out[name] = abs(value / old - 1) if old else (0.0 if value == old else float("inf"))
+    return out
+
+
+def another_round(done: int, elapsed_s: float, moved: dict, least: int = ROUNDS_MIN,
+                  most: int = ROUNDS_MAX) -> bool:
+    """Whether to run one more round after ``done`` rounds and ``elapsed_s`` seconds of them, the last round having
+    moved the watched constants by ``moved`` (:func:`moves`): below ``least``, yes; at ``most`` or past
+    :data:`ROUNDS_BUDGET_S`, no; otherwise while any moved more than :data:`SETTLED`."""
+    if done < least:
+        return True
+    if done >= most or elapsed_s > ROUNDS_BUDGET_S:
+        return False
+    return not moved or max(moved.values()) > SETTLED
+
+
+def settled(moved: dict) -> bool:
+    """Whether the last round moved no watched constant by more than :data:`SETTLED`."""
+    return bool(moved) and max(moved.values()) <= SETTLED
