@@ -3,10 +3,12 @@
     make data SCALE=cpu && .venv/bin/python scripts/time_goals.py [--scale cpu]
 
 Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, or the archive with
-``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy probes and whether they settled; the median and largest |signed error| of the
+``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy probes and whether they settled, and both modes priced
+with that profile and with the one the earlier rule gives from the same calibration; the median and largest |signed error| of the
 analytical and profiled modes over the held-out configurations and of the exposed communication per kind, against
 the goals (:func:`distperf.analysis.time_model.goal_table`); how the two instruments of exposed communication compare;
-the exposed communication's errors per kind; and each strategy's median signed error in both modes. The chapter
+the exposed communication's errors per kind; each strategy's median signed error in both modes; and both modes'
+median and largest |error| in the chapter's variants that price each run at its own speed or contention. The chapter
 itself reads a default build's long studies from the archive; this reads only what the build measured, and names the
 tables it lacks (a default build at ``cpu`` leaves the long studies out: ``make data LONG=measure`` measures them).
 """
@@ -39,6 +41,11 @@ def report(tables: dict, hw) -> str:
     if len(errs):
         parts += ["", errs.groupby("strategy")[["analytical", "profiled"]].median().to_string(
             float_format="{:+.1%}".format)]
+        variants = {"as calibrated": errs, "at each run's speed": tm.errors(tables, hw, speed=True),
+                    "with each run's contention": tm.errors(tables, hw, contention=True)}
+        parts += ["", "Median / largest |error| of the chapter's variants (section \"The machine's speed\"):"]
+        parts += [f"  {name}: " + "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}"
+                                            for mode in ("analytical", "profiled")) for name, e in variants.items()]
     return "\n".join(parts)
 
 
@@ -65,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no table of {', '.join(tb.EXPERIMENTS)} in {profile.parent}", file=sys.stderr)
         return 2
     print(f"{profile.parent}: {', '.join(tables)}" + (f" (not in this build: {', '.join(missing)})" if missing else ""))
-    print("Calibration's noisy probes: " + tm.rounds_sentence(read_sidecar(profile)) + ".")
+    side = read_sidecar(profile)
+    print("Calibration's noisy probes: " + tm.rounds_sentence(side) + ".")
+    print("The two rules: " + tm.rounds_rule_sentence(tables, hw, side) + ".")
     with pd.option_context("display.width", 200):
         print(report(tables, hw))
     return 0

@@ -395,3 +395,28 @@ def test_the_rounds_sentence_says_whether_the_calibrations_constants_settled():
     quiet = {**loud, "rounds": 3, "settled": True, "last_moves": {"send alpha": 0.05}}
     assert "the constants settled" in tm.rounds_sentence({"conditions": {"rounds": quiet}})
     assert "predates the rule" in tm.rounds_sentence({"conditions": {}})
+
+
+def test_the_rounds_rule_sentence_prices_both_rules_on_the_same_calibration():
+    from distperf.cost.collectives import ring_terms
+
+    def issued(alpha):
+        return [{"collective": kind, "ranks": 2, "bytes": n,
+                 "seconds": ring_terms(kind, 2, n)[0] * alpha + ring_terms(kind, 2, n)[1] / 1e9}
+                for kind in ("all-gather", "all-reduce", "reduce-scatter", "send") for n in (4, 1024, 65536, 1048576)]
+
+    paths = {"plain_layer_s": 0.01, "tp_layer_s": 0.03, "tp_sp_layer_s": 0.03, "plain_stack_s": 0.02,
+             "fsdp_stack_s": 0.05}
+    side = {"ranks": 2, "conditions": {"issued_rounds": [issued(a) for a in (4e-3, 1e-4, 2e-4, 3e-4)],
+                                       "path_rounds": [paths] * 4, "contention_rounds": [{"memory": 1.0,
+                                                                                          "compute": 1.0}] * 4}}
+    text = tm.rounds_rule_sentence(tables(), HW, side)
+    now, earlier = text.split("; with the profile the earlier rule")
+    assert now.startswith("priced with the profile from all 4 rounds")
+    from distperf.measure.rounds import profile_from_rounds
+
+    first = profile_from_rounds(HW, side, **tm.EARLIER_RULE)  # the first round's 4 ms α
+    assert dict((k, a) for k, a, _ in first.collectives)["all-reduce"] == pytest.approx(4e-3, rel=1e-6)
+    e = tm.errors(tables(), first)
+    assert f"analytical {e.analytical.abs().median():.1%} (largest {e.analytical.abs().max():.0%})" in earlier
+    assert "no rounds" in tm.rounds_rule_sentence(tables(), HW, {"conditions": {}})

@@ -42,3 +42,34 @@ def test_rounds_go_on_until_settled_within_the_least_the_most_and_the_budget():
 def test_a_path_median_that_moves_is_watched():
     moved = rd.moves([], [{"tp_layer_s": 0.02}, {"tp_layer_s": 0.04}, {"tp_layer_s": 0.05}])
     assert moved == {"tp_layer_s": pytest.approx(0.04 / 0.03 - 1)}  # median 0.03 of two rounds, then 0.04
+
+
+def test_a_profile_is_recomputed_from_the_rounds_a_rule_chooses():
+    from dataclasses import replace
+
+    from distperf.hardware import PRESETS
+    from distperf.measure.path_fits import path_constants
+
+    from test_kernels import synthetic_costs
+
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(),
+                 collectives=(("all-gather", 4e-4, 1e9), ("all-reduce", 5e-4, 1e9), ("reduce-scatter", 6e-4, 1e9),
+                              ("send", 2e-4, 2e9)))
+    paths = [{"plain_layer_s": 0.01, "tp_layer_s": x, "tp_sp_layer_s": 0.03, "plain_stack_s": 0.02,
+              "fsdp_stack_s": 0.05} for x in (0.03, 0.05, 0.04)]
+    side = {"ranks": 2, "conditions": {
+        "issued_rounds": [issued(a, 1e9) for a in (1e-4, 9e-4, 3e-4)], "path_rounds": paths,
+        "contention_rounds": [{"memory": 1.4, "compute": 1.1}, {"memory": 1.2, "compute": 1.3}, None]}}
+    first = rd.profile_from_rounds(hw, side, slice(0, 1), slice(0, 1), slice(0, 1))
+    assert dict((k, a) for k, a, _ in first.collectives)["all-reduce"] == pytest.approx(1e-4, rel=1e-6)
+    assert dict((k, a) for k, a, _ in first.collectives)["send"] == 2e-4  # no send measured: the profile's stays
+    assert (first.kernels.contention_memory, first.kernels.contention_compute) == (1.4, 1.1)
+    every = rd.profile_from_rounds(hw, side)
+    assert dict((k, a) for k, a, _ in every.collectives)["all-reduce"] == pytest.approx(3e-4, rel=1e-6)  # median
+    assert (every.kernels.contention_memory, every.kernels.contention_compute) == (1.2, 1.1)  # least of each
+    fits = {k: {"all": {"alpha": a, "beta": b}} for k, a, b in every.collectives}
+    expected = path_constants({**paths[0], "tp_layer_s": 0.04}, hw.kernels.to_dict(), fits, 2)
+    assert every.kernels.tp_collective_s == pytest.approx(expected["tp_collective_s"])
+    assert first.kernels.tp_collective_s < every.kernels.tp_collective_s  # 0.03 s against the median 0.04 s
+    with pytest.raises(ValueError, match="no rounds"):
+        rd.profile_from_rounds(hw, {"conditions": {}})

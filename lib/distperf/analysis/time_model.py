@@ -535,6 +535,31 @@ def rounds_sentence(side: dict | None) -> str:
     return f"{said}; the constants {verdict}: the last round moved {most} most, by {moved[most]:.1%}"
 
 
+EARLIER_RULE = dict(issued=slice(0, 1), paths=slice(0, 3), contention=slice(0, 3))  # before 3 December 2026
+
+
+def rounds_rule_sentence(tables: dict, hw, side: dict | None) -> str:
+    """Both modes' median and largest |error| over the held-out configurations priced with the profile as calibrated
+    (rounds until settled, :mod:`distperf.measure.rounds`) and with the profile the earlier rule would have given
+    from the same calibration's first rounds (:data:`EARLIER_RULE`: one round of the issued collectives, three of the
+    path and contention probes; :func:`distperf.measure.rounds.profile_from_rounds`), in words."""
+    from ..measure.rounds import profile_from_rounds
+
+    try:
+        earlier = profile_from_rounds(hw, side, **EARLIER_RULE)
+    except ValueError:
+        return "this calibration kept no rounds of the issued collectives to compare the two rules on"
+
+    def priced(h) -> str:
+        e = errors(tables, h)
+        return "; ".join(f"{mode} {e[mode].abs().median():.1%} (largest {e[mode].abs().max():.0%})"
+                         for mode in ("analytical", "profiled"))
+
+    rounds = len(((side or {}).get("conditions") or {}).get("path_rounds") or [])
+    return (f"priced with the profile from all {rounds} rounds, the held-out runs' median |error| is {priced(hw)}; "
+            f"with the profile the earlier rule gives from the same calibration's first rounds, {priced(earlier)}")
+
+
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
     """What the contention ratios alone do to the analytical mode, in words: its median and largest |error| over the
     held-out configurations priced with each round's compute and memory-bound contention ratios of the calibration
