@@ -144,13 +144,25 @@ def test_every_constant_is_listed_with_its_unit_and_microbenchmark():
     assert len(tm.constants_table(replace(HW, kernels=None))) == 0
 
 
-def test_no_validation_row_was_used_to_fit_anything():
-    """The one fitted constant comes from the fit preset alone; no validation experiment trains that preset; the
-    microbenchmarks' shapes are no preset's."""
+def test_no_validation_row_was_used_to_fit_anything(monkeypatch):
+    """The fitted constants (the step's Python, DTensor's cost per collective) come from the fit preset alone; no
+    validation experiment trains that preset; the microbenchmarks' shapes are no preset's."""
+    from distperf import cost
     from distperf.measure.kernels import PROBE, fit_step_overhead
+    from distperf.measure.path_fits import TP_FIT_BATCHES, tensor_parallel_paths
 
     fit = fit_step_overhead(HW.kernels.to_dict(), micro_batches=(1,), steps=1)
     assert {r["model"] for r in fit["rows"]} == {STEP_FIT_MODEL}
+    seen, priced = set(), cost.predict
+
+    def predict(cfg, *args, **kwargs):
+        seen.add(cfg.model.name)
+        return priced(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(cost, "predict", predict)
+    steps = {f"{p}_b{b}_step_s": 0.05 for p in ("tp", "tp_sp") for b in TP_FIT_BATCHES}
+    assert set(tensor_parallel_paths(steps, HW, 2)) == {"tp_collective_s", "tp_sp_collective_s"}
+    assert seen == {STEP_FIT_MODEL}
     validation = {name for name in presets.MODELS if name != STEP_FIT_MODEL}
     assert set(tm.held_out(pd.DataFrame({"model": list(presets.MODELS)})).model) == validation
     from distperf.measure.path_fits import PATH_PROBE

@@ -64,6 +64,8 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     rounds = side["conditions"]["rounds"]  # a quick calibration runs one round of the noisy probes
     assert rounds["rounds"] == 1 and len(side["conditions"]["issued_rounds"]) == 1 and not rounds["settled"]
     assert side["conditions"]["issued"] == side["conditions"]["issued_rounds"][0]
+    paths = side["conditions"]["paths"]  # the tiny preset's tensor-parallel steps, which the path constants fit
+    assert all(paths[f"{p}_b{b}_step_s"] > 0 for p in ("tp", "tp_sp") for b in (1, 2, 4))
     assert 0 <= side["background_cpu_share"] <= 1  # the machine's share other processes used meanwhile
     # the profile is made of the sidecar's measurements
     assert hw.flops_fp32 == max(r["flops_per_s"] for r in side["gemm"] if r["dtype"] == "float32")

@@ -279,7 +279,7 @@ def test_each_pipeline_engine_costs_two_actions_per_microbatch_and_stage():
 
 
 def test_pipeline_actions_are_the_probes_time_beyond_the_models_other_terms():
-    from distperf.measure.calibrate import pipeline_actions
+    from distperf.measure.path_fits import pipeline_actions
 
     hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
     none = pipeline_actions({"pp_microbatch_s": 0.0, "twobw_microbatch_s": 0.0}, hw, 2)

@@ -73,3 +73,33 @@ def test_a_profile_is_recomputed_from_the_rounds_a_rule_chooses():
     assert first.kernels.tp_collective_s < every.kernels.tp_collective_s  # 0.03 s against the median 0.04 s
     with pytest.raises(ValueError, match="no rounds"):
         rd.profile_from_rounds(hw, {"conditions": {}})
+
+
+def test_the_tensor_parallel_path_is_fitted_on_the_tiny_presets_steps():
+    from dataclasses import replace
+
+    from distperf import presets
+    from distperf.config import Config, Layout
+    from distperf.cost import predict
+    from distperf.hardware import PRESETS
+    from distperf.measure.path_fits import TP_FIT_BATCHES, tensor_parallel_paths, with_path_constants
+
+    from test_kernels import synthetic_costs
+
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(tp_collective_s=3e-4, tp_sp_collective_s=5e-5))
+
+    def step(b, sp):  # what the trainer would measure if DTensor cost the constants above
+        cfg = Config(model=presets.model("tiny"), layout=Layout(tp=2, micro_batch=b, sequence_parallel=sp))
+        return predict(cfg, hw, backend="gloo")["time_s"]["iteration"]
+
+    paths = {f"{'tp_sp' if sp else 'tp'}_b{b}_step_s": step(b, sp) for sp in (False, True) for b in TP_FIT_BATCHES}
+    bare = replace(hw, kernels=replace(hw.kernels, tp_collective_s=0.0, tp_sp_collective_s=0.0))
+    found = tensor_parallel_paths(paths, bare, 2)
+    assert found == pytest.approx({"tp_collective_s": 3e-4, "tp_sp_collective_s": 5e-5}, rel=1e-6)
+    faster = {k: v * 0.1 for k, v in paths.items()}  # steps faster than the model without DTensor's cost: 0, not less
+    assert tensor_parallel_paths(faster, bare, 2) == {"tp_collective_s": 0.0, "tp_sp_collective_s": 0.0}
+    assert tensor_parallel_paths({}, bare, 2) == {}  # not measured: the profile's stay
+    issued = tuple((kind, 1e-4, 1e9) for kind in ("all-gather", "all-reduce", "reduce-scatter", "send"))
+    kept = with_path_constants(replace(hw, collectives=issued), {"plain_stack_s": 0.02, "fsdp_stack_s": 0.05},
+                               2).kernels
+    assert (kept.tp_collective_s, kept.tp_sp_collective_s) == (3e-4, 5e-5)

@@ -452,10 +452,10 @@ def constants_table(hw) -> pd.DataFrame:
          "4 Blocks (h 256, s 64) under FSDP2 on every rank less plain and the one-rank wrappers, over the "
          "collectives' α-β time"),
         ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",
-         "a Block tensor-parallel on every rank less its compute (the kernel model's for the shard, scaled by the "
-         "plain Block measured beside it over the model's for it), the one-rank wrapper and 4 all-reduces' α-β"),
+         f"fitted on the {STEP_FIT_MODEL} preset: its tensor-parallel trainer's step on every rank less the model's "
+         "step without this constant, over the step's collectives; median over micro-batches 1, 2, 4, at least 0"),
         ("tp_sp_collective_s", f"{k.tp_sp_collective_s * 1e6:.3g}", "µs per sequence-parallel collective",
-         "the same, sequence parallel, less 4 all-gathers' and 4 reduce-scatters' α-β"),
+         "the same, sequence parallel"),
         ("pp_action_s", f"{k.pp_action_s * 1e6:.3g}", "µs per action (a microbatch's forward or backward on a stage)",
          f"4 Blocks pipelined one stage per rank under torch's 1F1B: steps of {PIPE_MICROBATCHES[1]} microbatches "
          f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
@@ -477,6 +477,14 @@ PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_sp_collective_s", 1e6, "
                   ("pp_action_s", 1e6, "µs"), ("twobw_action_s", 1e6, "µs"))
 
 
+def _probed(constant: str, paths: dict) -> bool:
+    """Whether a round of the path probes (``paths``) measured what ``constant`` comes from."""
+    if constant.startswith("tp_"):
+        prefix = "tp_sp" if constant.startswith("tp_sp") else "tp"
+        return f"{prefix}_layer_s" in paths or any(key.startswith(f"{prefix}_b") for key in paths)
+    return "pp_microbatch_s" in paths if constant.endswith("action_s") else True
+
+
 def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     """How much the path constants move within one calibration: each constant recomputed from every round of the
     path probes the calibration repeated (its sidecar's ``conditions.path_rounds``; :mod:`distperf.measure.rounds`),
@@ -485,7 +493,7 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     ``median`` and ``max`` over the rounds, and ``profile``, the value the profile holds (the path constants and α
     from the rounds' median times). Empty without rounds."""
     from ..measure.alpha_beta import fit_collectives
-    from ..measure.path_fits import path_constants, pipeline_actions
+    from ..measure.path_fits import with_path_constants
 
     columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
     conditions = (side or {}).get("conditions") or {}
@@ -493,12 +501,12 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     if hw is None or hw.kernels is None or not rounds or not side.get("issued_fits"):
         return pd.DataFrame(columns=columns)
     world = side.get("ranks") or 2
+    calibrated = replace(hw, collectives=tuple((kind, fit["all"]["alpha"], fit["all"]["beta"])
+                                               for kind, fit in sorted(side["issued_fits"].items())))
     values = []
     for paths in rounds:
-        found = path_constants(paths, hw.kernels.to_dict(), side["issued_fits"], world)
-        if "pp_microbatch_s" in paths:
-            found.update(pipeline_actions(paths, hw, world))
-        values.append(found)
+        costs = with_path_constants(calibrated, paths, world).kernels
+        values.append({name: getattr(costs, name) for name, _, _ in PATH_CONSTANTS if _probed(name, paths)})
     for ratio, value in zip(conditions.get("contention_rounds") or [], values):
         value.update({f"contention_{name}": r for name, r in ratio.items()})
     out = []

@@ -37,8 +37,10 @@ only by the measured ``overlap`` (FSDP2's by ``fsdp_overlap``, measured on its o
 whole communication less that share of what perfect overlap would hide. Where FSDP2's path costs more than its
 collectives' α-β time (on two CPU ranks it does: copies in and out, waits, gloo's reduce-scatter run as an
 all-reduce), ``fsdp_overlap`` is negative and the exposed time is (1 − fsdp_overlap) times the α-β time. A tensor-parallel collective through
-DTensor costs ``tp_collective_s`` beyond its α-β time, a sequence-parallel layer's ``tp_sp_collective_s`` (measured
-on two ranks; the sequence-parallel LayerNorms' small gradient all-reduces after the step get neither).
+DTensor costs ``tp_collective_s`` beyond its α-β time, a sequence-parallel layer's ``tp_sp_collective_s`` (fitted on
+the :data:`STEP_FIT_MODEL` preset's tensor-parallel steps on two ranks,
+:func:`distperf.measure.path_fits.tensor_parallel_paths`; the sequence-parallel LayerNorms' small gradient
+all-reduces after the step get neither).
 
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
@@ -59,7 +61,8 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 CLASSES = ("matrix_products", "attention", "other_operators", "framework")
-STEP_FIT_MODEL = "tiny"  # the one preset a constant (step_s) is fitted on; no validation uses it
+STEP_FIT_MODEL = "tiny"  # the one preset constants (step_s, the tensor-parallel path) are fitted on; no validation uses it
+STEP_FIT_BATCHES = (1, 2, 4)  # its micro-batches in those fits
 FSDP_EXPOSURE_MAX = 100.0  # fsdp_overlap ≥ −100: FSDP2's path at most 101 times its collectives' α-β time
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",
             "tp_sp_collective_s", "pp_action_s", "twobw_action_s")

@@ -57,7 +57,8 @@ from pathlib import Path
 import torch
 
 from .alpha_beta import fit_collectives, fit_issued
-from .path_fits import PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, path_constants, pipeline_actions
+from .path_fits import (PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, STEP_FIT_MODEL, TP_FIT_BATCHES,
+                        tensor_parallel_fits, with_path_constants)
 from .profiles import sidecar_path
 from .rounds import ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, median_rows, moves, settled
 from .speed import slowest
@@ -432,23 +433,25 @@ def least_contention(rounds: list[dict]) -> dict:
 
 
 def parallel_paths(world: int, reps: int = 10) -> dict:
-    """Forward + backward seconds, on this rank while every rank runs the same, of one :class:`distperf.model.Block`
-    of :data:`PATH_PROBE`'s shape plain (``plain_layer_s``) and tensor-parallel over the ``world`` ranks as the
-    trainers shard it, without and with sequence parallelism (``tp_layer_s``, ``tp_sp_layer_s``: the rank's share of
-    the positions in), and of :data:`PATH_UNITS` Blocks plain (``plain_stack_s``) and under FSDP2,
-    one unit each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide.
+    """Seconds, on this rank while every rank runs the same: the training step of the tensor-parallel trainer on the
+    :data:`~distperf.cost.kernels.STEP_FIT_MODEL` preset over the ``world`` ranks, without and with sequence
+    parallelism, at each micro-batch of :data:`TP_FIT_BATCHES` (``tp_b<b>_step_s``, ``tp_sp_b<b>_step_s``; when the
+    preset's heads and positions divide among the ranks), and the forward + backward of :data:`PATH_UNITS`
+    :class:`distperf.model.Block` of :data:`PATH_PROBE`'s shape plain (``plain_stack_s``) and under FSDP2, one unit
+    each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide.
     Each is the median of ``reps`` calls after two, the same number on every rank (their collectives must pair up).
     With no more ranks than the probe has layers, also a microbatch's time with the probe pipelined one stage per rank
     under torch's 1F1B (``pp_microbatch_s``) and under the 2BW engine (``twobw_microbatch_s``):
     :func:`pipeline_microbatch_time`."""
+    import statistics
+
+    import torch.distributed as dist
     import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import parallelize_module
 
     from ..config import ModelSpec
     from ..model import Block, layer_input
-    from ..parallel.tensor import layer_plan
 
     spec = ModelSpec(**PATH_PROBE)
     mesh = init_device_mesh("cpu", (world,))
@@ -456,10 +459,6 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     x = layer_input(spec, 1).requires_grad_(True)
 
     def timed(module) -> float:
-        import statistics
-
-        import torch.distributed as dist
-
         dist.barrier()
         times = []
         for _ in range(reps + 2):
@@ -473,17 +472,44 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     for block in sharded:
         fully_shard(block, mesh=mesh)
     fully_shard(sharded, mesh=mesh)
-    out = {"plain_layer_s": timed(Block(spec)),
-           "tp_layer_s": timed(parallelize_module(Block(spec), mesh, layer_plan(False)))}
-    import torch.distributed as dist
-
-    x = x.detach().chunk(world, dim=1)[dist.get_rank()].contiguous().requires_grad_(True)  # this rank's positions
-    out["tp_sp_layer_s"] = timed(parallelize_module(Block(spec), mesh, layer_plan(True)))
-    out.update(plain_stack_s=timed(stack), fsdp_stack_s=timed(sharded))
+    out = {"plain_stack_s": timed(stack), "fsdp_stack_s": timed(sharded)}
+    if tensor_parallel_fits(world):
+        for sp, prefix in ((False, "tp"), (True, "tp_sp")):
+            for b in TP_FIT_BATCHES:
+                out[f"{prefix}_b{b}_step_s"] = tensor_parallel_step_time(world, b, sp, reps)
     if world <= PATH_PROBE["layers"]:  # a stage per rank
         for schedule, key in (("1f1b", "pp_microbatch_s"), ("2bw", "twobw_microbatch_s")):
             out[key] = pipeline_microbatch_time(schedule, world, reps)
     return out
+
+
+def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: bool, reps: int) -> float:
+    """The median seconds of ``reps`` training steps (after two) of the tensor-parallel trainer on the
+    :data:`~distperf.cost.kernels.STEP_FIT_MODEL` preset over the ``world`` ranks (one microbatch of ``micro_batch``),
+    the slowest rank's: what :func:`distperf.measure.path_fits.tensor_parallel_paths` fits DTensor's cost per
+    collective on."""
+    import statistics
+
+    import torch.distributed as dist
+
+    from .. import presets
+    from ..config import Config, Layout, RunOptions, validate
+    from ..parallel.loop import build_trainer
+    from ..tokens import make_source
+
+    spec = presets.model(STEP_FIT_MODEL)
+    cfg = validate(Config(model=spec, layout=Layout(tp=world, micro_batch=micro_batch,
+                                                    sequence_parallel=sequence_parallel)))
+    trainer = build_trainer(cfg, RunOptions(device="cpu"), torch.device("cpu"))
+    x, y = make_source("synthetic", spec.vocab, spec.seq, 0).batch(0, micro_batch)
+    dist.barrier()
+    times = []
+    for _ in range(reps + 2):
+        start = time.perf_counter()
+        trainer.step(x, y)
+        times.append(time.perf_counter() - start)
+    trainer.finish()
+    return slowest(statistics.median(times[2:]), torch.device("cpu"))
 
 
 def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
@@ -624,10 +650,6 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                           reps=5 if quick else 15, timeout=timeout)
         issued_fits = fit_issued(conditions["issued"], fits)
         kernels["contention"] = conditions["contention"]
-        paths = path_constants(conditions["paths"], kernels, issued_fits, ranks)
-        kernels["contention"]["fsdp"] = paths["fsdp_overlap"]
-        kernels["wrappers"].update(tp_collective_s=paths["tp_collective_s"],
-                                   tp_sp_collective_s=paths["tp_sp_collective_s"])
 
     best = {d: max((r["flops_per_s"] for r in gemm if r["dtype"] == d), default=None) for d in ("float32", "bfloat16")}
     ar = fits["all-reduce"]["all"]
@@ -641,10 +663,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                   kernels=KernelCosts.from_dict(kernels) if kernels else None,
                   collectives=tuple((c, f["all"]["alpha"], f["all"]["beta"]) for c, f in sorted(issued_fits.items())),
                   collectives_on=(ar["alpha"], ar["beta"]) if issued_fits else ())
-    if conditions is not None and "pp_microbatch_s" in conditions["paths"]:
-        from dataclasses import replace
-
-        hw = replace(hw, kernels=replace(hw.kernels, **pipeline_actions(conditions["paths"], hw, ranks)))
+    if conditions is not None:
+        hw = with_path_constants(hw, conditions["paths"], ranks)
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "phases_s": phases, "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,

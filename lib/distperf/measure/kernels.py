@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..cost.kernels import STEP_FIT_MODEL
+from ..cost.kernels import STEP_FIT_BATCHES, STEP_FIT_MODEL
 
 LINEAR_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 LINEAR_SIZES_QUICK = (8, 32, 128, 512)
@@ -244,9 +244,6 @@ def kernel_costs(quick: bool = False, log=print, between=lambda: None) -> dict:
     next_table("kernels: parallel wrappers (one-rank group)")
     out["wrappers"] = wrapper_times(t)
     return out
-
-
-STEP_FIT_BATCHES = (1, 2, 4)
 
 
 def fit_step_overhead(costs: dict, micro_batches=STEP_FIT_BATCHES, steps: int = 12) -> dict:

@@ -6,25 +6,30 @@ on the shapes and counts defined here.
 """
 from __future__ import annotations
 
+from ..cost.kernels import STEP_FIT_BATCHES, STEP_FIT_MODEL
+
 PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, seq=64)  # no preset's shape
 PATH_UNITS = 4
 PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the time of a microbatch
+TP_FIT_BATCHES = STEP_FIT_BATCHES  # the micro-batches of the tiny preset's tensor-parallel steps
 
 
 def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
-    """What the parallel paths cost beyond the kernel time model's other terms, from
+    """What FSDP2's path costs beyond the kernel time model's other terms, from
     :func:`distperf.measure.calibrate.parallel_paths`:
 
-    - ``tp_collective_s``: per tensor-parallel collective, DTensor's cost beyond the α-β time of an all-reduce as a
-      step issues it (``fits``), (tp layer − its compute − the one-rank wrapper − 4 all-reduces) / 4, the compute
-      being the kernel model's for the shard scaled by the plain layer's measured time over the model's for it;
-      ``tp_sp_collective_s`` the same with sequence parallelism, over its 4 all-gathers and 4 reduce-scatters;
     - ``fsdp_overlap``: the share of FSDP2's gathers and reduce-scatters that its forward and backward hide,
-      1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time), at most 1; negative
-      when the path costs more than that α-β time (then it is the excess: the cost model takes (1 − fsdp_overlap)
-      times the α-β time), at least −``FSDP_EXPOSURE_MAX``.
+      1 − (FSDP2 stack − plain stack − the one-rank wrappers) / (its collectives' α-β time as a step issues them,
+      ``fits``), at most 1; negative when the path costs more than that α-β time (then it is the excess: the cost
+      model takes (1 − fsdp_overlap) times the α-β time), at least −``FSDP_EXPOSURE_MAX``.
 
-    The pipeline engines' constants need the cost model on the whole profile: :func:`pipeline_actions`."""
+    Calibrations before 3 December 2026 timed one tensor-parallel Block of :data:`PATH_PROBE`'s shape instead of the
+    tiny preset's steps (``tp_layer_s``, ``tp_sp_layer_s``, ``plain_layer_s``); from those this also gives what they
+    took: ``tp_collective_s``, (tp layer − its compute − the one-rank wrapper − 4 all-reduces) / 4, the compute being
+    the kernel model's for the shard scaled by the plain layer's measured time over the model's for it, and
+    ``tp_sp_collective_s`` the same over the sequence-parallel layer's 4 all-gathers and 4 reduce-scatters.
+    The tensor-parallel constants of later calibrations and the pipeline engines' need the cost model on the whole
+    profile: :func:`tensor_parallel_paths`, :func:`pipeline_actions` (:func:`with_path_constants` applies all)."""
     from ..config import ModelSpec
     from ..cost import kernels as kn
     from ..cost.collectives import collective_time
@@ -38,6 +43,13 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
         fit = fits[kind]["all"]
         return collective_time(kind, nbytes, world, fit["alpha"], fit["beta"], "nccl")
 
+    unit = layer_parameters(spec.hidden, spec.ffn) * 4
+    gathers = PATH_UNITS * (2 * ring("all-gather", unit) + ring("reduce-scatter", unit))
+    exposed = paths["fsdp_stack_s"] - paths["plain_stack_s"] - (PATH_UNITS + 1) * costs.fsdp_unit_s
+    out = {"fsdp_overlap": min(max(1 - exposed / gathers, -kn.FSDP_EXPOSURE_MAX), 1.0)}
+    if "tp_layer_s" not in paths:
+        return out
+
     def kernels(t: int, sp: bool) -> float:
         layer = kn.layer(costs, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, t, sp, True, True, False, "none", False)
         return sum(sum(pair) for c, pair in layer.items() if c != "framework")
@@ -49,11 +61,65 @@ def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
     compute = kernels(world, True) * scale
     collectives = 4 * ring("all-gather", message) + 4 * ring("reduce-scatter", message)  # 2 + 2 each way
     extra_sp = (paths["tp_sp_layer_s"] - compute - costs.tp_sp_layer_s - collectives) / 8
-    unit = layer_parameters(spec.hidden, spec.ffn) * 4
-    gathers = PATH_UNITS * (2 * ring("all-gather", unit) + ring("reduce-scatter", unit))
-    exposed = paths["fsdp_stack_s"] - paths["plain_stack_s"] - (PATH_UNITS + 1) * costs.fsdp_unit_s
-    return {"tp_collective_s": max(extra, 0.0), "tp_sp_collective_s": max(extra_sp, 0.0),
-            "fsdp_overlap": min(max(1 - exposed / gathers, -kn.FSDP_EXPOSURE_MAX), 1.0)}
+    return {**out, "tp_collective_s": max(extra, 0.0), "tp_sp_collective_s": max(extra_sp, 0.0)}
+
+
+def tensor_parallel_fits(world: int) -> bool:
+    """Whether the tiny preset's heads and positions divide among ``world`` tensor-parallel ranks."""
+    from .. import presets
+
+    spec = presets.model(STEP_FIT_MODEL)
+    return spec.heads % world == 0 and spec.seq % world == 0
+
+
+def tensor_parallel_paths(paths: dict, hw, world: int) -> dict:
+    """``tp_collective_s`` and ``tp_sp_collective_s``: what a collective through DTensor costs beyond every other
+    term of the cost model, fitted on the :data:`STEP_FIT_MODEL` preset (the one preset constants may be fitted on;
+    no validation uses it): per micro-batch b of :data:`TP_FIT_BATCHES`, (the tensor-parallel trainer's measured step,
+    ``tp_b<b>_step_s`` — ``tp_sp_b<b>_step_s`` with sequence parallelism — − the cost model's step on ``hw`` with the
+    constant 0) / the step's collectives (the cost model's own count: the step's change per second of the constant),
+    the median over the micro-batches, at least 0. A constant whose steps were not measured stays ``hw``'s."""
+    import statistics
+    from dataclasses import replace
+
+    from .. import presets
+    from ..config import Config, Layout, validate
+    from ..cost import predict
+
+    spec, out = presets.model(STEP_FIT_MODEL), {}
+    for sp, prefix, name in ((False, "tp", "tp_collective_s"), (True, "tp_sp", "tp_sp_collective_s")):
+        residuals = []
+        for b in TP_FIT_BATCHES:
+            measured = paths.get(f"{prefix}_b{b}_step_s")
+            if measured is None:
+                continue
+            cfg = validate(Config(model=spec, layout=Layout(tp=world, micro_batch=b, sequence_parallel=sp)))
+            at = [predict(cfg, replace(hw, kernels=replace(hw.kernels, **{name: x})), check=False,
+                          backend="gloo")["time_s"]["iteration"] for x in (0.0, 1.0)]
+            residuals.append((measured - at[0]) / (at[1] - at[0]))
+        if residuals:
+            out[name] = max(statistics.median(residuals), 0.0)
+    return out
+
+
+def with_path_constants(hw, paths: dict, world: int):
+    """``hw`` with every path constant taken from the path probes' times ``paths``: :func:`path_constants` (α-β of the
+    profile's collectives as a step issues them), then :func:`tensor_parallel_paths` and :func:`pipeline_actions`
+    where their probes ran."""
+    from dataclasses import replace
+
+    from ..cost.kernels import KernelCosts
+
+    fits = {kind: {"all": {"alpha": a, "beta": b}} for kind, a, b in hw.collectives}
+    kernels = hw.kernels.to_dict()
+    found = path_constants(paths, kernels, fits, world)
+    kernels["contention"]["fsdp"] = found.pop("fsdp_overlap")
+    kernels["wrappers"].update(found)
+    out = replace(hw, kernels=KernelCosts.from_dict(kernels))
+    out = replace(out, kernels=replace(out.kernels, **tensor_parallel_paths(paths, out, world)))
+    if "pp_microbatch_s" in paths:
+        out = replace(out, kernels=replace(out.kernels, **pipeline_actions(paths, out, world)))
+    return out
 
 
 def pipeline_actions(paths: dict, hw, world: int) -> dict:

@@ -85,12 +85,11 @@ def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slic
     calibration takes them (:func:`distperf.measure.calibrate.calibrate`): each collective's α and β from the chosen
     issued rounds' median times (:func:`median_rows`; a collective with no positive time keeps the profile's), the
     contention ratios their least round, the path constants from the chosen path rounds' median times
-    (:func:`distperf.measure.path_fits.path_constants`, :func:`~distperf.measure.path_fits.pipeline_actions`). So a
-    build can be priced with the profile another rule would have given it. ValueError without rounds."""
+    (:func:`distperf.measure.path_fits.with_path_constants`). So a build can be priced with the profile another rule
+    would have given it. ValueError without rounds."""
     from dataclasses import replace
 
-    from .alpha_beta import fit_collectives
-    from .path_fits import path_constants, pipeline_actions
+    from .path_fits import with_path_constants
 
     conditions = (side or {}).get("conditions") or {}
     issued_rounds = (conditions.get("issued_rounds") or [])[issued]
@@ -98,20 +97,11 @@ def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slic
     ratios = [r for r in (conditions.get("contention_rounds") or [])[contention] if r]
     if hw is None or hw.kernels is None or not issued_rounds or not path_rounds or not ratios:
         raise ValueError("the calibration kept no rounds of the issued collectives, paths or contention to choose from")
-    fits = {kind: (fit["all"]["alpha"], fit["all"]["beta"]) for kind, fit in fit_collectives(
-        median_rows(issued_rounds)).items()}
-    fits = {**{kind: (alpha, beta) for kind, alpha, beta in hw.collectives}, **fits}
-    collectives = tuple((kind, *fits[kind]) for kind in sorted(fits))
-    issued_fits = {kind: {"all": {"alpha": a, "beta": b}} for kind, a, b in collectives}
-    kernels = hw.kernels.to_dict()
-    kernels["contention"].update({name: min(r[name] for r in ratios) for name in ("memory", "compute")})
+    fits = {kind: (alpha, beta) for kind, alpha, beta in hw.collectives}
+    fits.update((kind, (fit["all"]["alpha"], fit["all"]["beta"]))
+                for kind, fit in fit_collectives(median_rows(issued_rounds)).items())
+    least = {f"contention_{name}": min(r[name] for r in ratios) for name in ("memory", "compute")}
+    out = replace(hw, collectives=tuple((kind, *fits[kind]) for kind in sorted(fits)),
+                  kernels=replace(hw.kernels, **least))
     timed = {name: statistics.median(r[name] for r in path_rounds) for name in path_rounds[0]}
-    found = path_constants(timed, kernels, issued_fits, side.get("ranks") or 2)
-    kernels["contention"]["fsdp"] = found["fsdp_overlap"]
-    kernels["wrappers"].update(tp_collective_s=found["tp_collective_s"], tp_sp_collective_s=found["tp_sp_collective_s"])
-    from ..cost.kernels import KernelCosts
-
-    out = replace(hw, collectives=collectives, kernels=KernelCosts.from_dict(kernels))
-    if "pp_microbatch_s" in timed:
-        out = replace(out, kernels=replace(out.kernels, **pipeline_actions(timed, out, side.get("ranks") or 2)))
-    return out
+    return with_path_constants(out, timed, side.get("ranks") or 2)
