@@ -379,11 +379,13 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
     # rounds of the noisy probes until the constants taken from their medians settle (distperf.measure.rounds);
     # rank 0 decides, every rank follows (their collectives pair up)
     least, most = (ROUNDS_MIN, ROUNDS_MAX) if reps >= PATH_ROUNDS_FROM_REPS else (1, 1)
-    issued_rounds, ratios, rounds, moved = [], [], [], {}
+    # the contention probe's rounds back to back, before the others, as the rule for them was chosen (the comment at
+    # PATH_ROUNDS_FROM_REPS); rank 0's, None on the others
+    ratios = [contention_round(0.2, device) for _ in range(CONTENTION_ROUNDS if least > 1 else 1)]
+    issued_rounds, rounds, moved = [], [], {}
     began = time.monotonic()
     while True:
         issued_rounds.append(issued())
-        ratios.append(contention_round(0.2, device))  # rank 0's; None on the others
         rounds.append({name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()})
         go = [None]
         if rank == 0:
@@ -409,9 +411,10 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 
 # The issued collectives, the contention and the path probes are the noisiest measurements of a calibration (a busy
 # two-core machine moves a path probe by ±20 %, the copy's contention between 1.1 and 2.3): a full calibration repeats
-# them in rounds until the constants taken from their medians settle (distperf.measure.rounds), with every round in the
-# sidecar (conditions.issued_rounds, contention_rounds, path_rounds, and conditions.rounds: how many, whether they
-# settled), and keeps each issued point's and each path's median and each contention ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores (≈ 1.0-1.1× here)
+# the contention probe three times and the others in rounds until the constants taken from their medians settle
+# (distperf.measure.rounds), with every round in the sidecar (conditions.issued_rounds, contention_rounds, path_rounds,
+# and conditions.rounds: how many, whether they settled), and keeps each issued point's and each path's median and
+# each contention ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores (≈ 1.0-1.1× here)
 # or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's median step rides out. On four builds
 # of the book on this machine, the held-out runs priced with the least round's ratios missed by a median of about
 # 6 %, 9 %, 30 % and 12 %, with the median's 47 %, 8 %, 36 % and 13 % (the rule was chosen on the first three; the
@@ -424,6 +427,11 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 # not seen, it did worse: 10.3 % / 26 % against 8.9 % / 24 % (profiled mode 7.2 % / 26 % against 6.0 % / 19 %), and
 # was dropped.
 PATH_ROUNDS_FROM_REPS = 10  # fewer repetitions (a quick calibration): one round
+# The contention probe keeps its three rounds, back to back: measured inside the rounds of the others (9th and 10th
+# builds), its first round read exactly 1.0 for both ratios in both builds, and the least of seven rounds, 1.0,
+# priced every run as though its ranks did not share the machine (the 10th build's analytical mode: 14.7 % median
+# |error|, every strategy too fast; with each later round's ratios 6.7 to 8.8 %)
+CONTENTION_ROUNDS = 3
 
 
 def least_contention(rounds: list[dict]) -> dict:
@@ -578,11 +586,11 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
     all-reduce and the burst of compute it was issued before that ran at once, (burst + all-reduce − both) /
     min(burst, all-reduce), in [0, 1], the least of any rank; ``paths``, the parallel paths' times
-    (:func:`parallel_paths`). With ``reps`` ≥ 10 the issued collectives, the contention and the paths are measured
-    in rounds until the constants taken from them settle (:mod:`distperf.measure.rounds`; ``issued_rounds``,
-    ``contention_rounds``, ``path_rounds``: each round; ``rounds``: how many, whether they settled, the last round's
-    moves), the issued times and the paths the rounds' medians and the contention ratios the least (why: the comment
-    at :data:`PATH_ROUNDS_FROM_REPS`). Raises TimeoutError past ``timeout`` plus the rounds' budget."""
+    (:func:`parallel_paths`). With ``reps`` ≥ 10 the contention is measured :data:`CONTENTION_ROUNDS` times
+    (``contention_rounds``; the profile takes the least: the comment at :data:`PATH_ROUNDS_FROM_REPS` says why), and
+    the issued collectives and the paths in rounds until the constants taken from them settle
+    (:mod:`distperf.measure.rounds`; ``issued_rounds``, ``path_rounds``: each round; ``rounds``: how many, whether they
+    settled, the last round's moves), the issued times and the paths the rounds' medians. Raises TimeoutError past ``timeout`` plus the rounds' budget."""
     return _spawned(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out), timeout + ROUNDS_BUDGET_S,
                     "the training-conditions benchmark")
 

@@ -5,7 +5,7 @@ training_conditions`) are differences of a few milliseconds on a shared machine:
 this two-core machine, one 8-byte issued all-reduce read 3.68 ms where the build before read 0.37 ms, the issued
 all-reduce's α moved from 0.26 to 0.88 ms, and the tensor-parallel path constant spread from 310 to 2272 µs over its
 three rounds, while the runs it priced moved by a few percent. A full calibration therefore repeats a round (each
-issued collective at each size, the contention probe, the path probes) at least :data:`ROUNDS_MIN` times and then
+issued collective at each size, the path probes) at least :data:`ROUNDS_MIN` times and then
 until the constants the profile takes from the rounds' medians have **settled**: adding the last round moved none
 of them by more than :data:`SETTLED` (relative), or :data:`ROUNDS_MAX` rounds or :data:`ROUNDS_BUDGET_S` seconds of
 rounds have passed (the sidecar then says that they did not settle). The constants watched are each issued
