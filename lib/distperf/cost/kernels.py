@@ -61,7 +61,8 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 CLASSES = ("matrix_products", "attention", "other_operators", "framework")
-STEP_FIT_MODEL = "tiny"  # the one preset constants (step_s, the tensor-parallel path) are fitted on; no validation uses it
+# the one preset constants (step_s, the tensor-parallel path) are fitted on; no validation uses it
+STEP_FIT_MODEL = "tiny"
 STEP_FIT_BATCHES = (1, 2, 4)  # its micro-batches in those fits
 FSDP_EXPOSURE_MAX = 100.0  # fsdp_overlap ≥ −100: FSDP2's path at most 101 times its collectives' α-β time
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",

@@ -414,8 +414,8 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 # the contention probe three times and the others in rounds until the constants taken from their medians settle
 # (distperf.measure.rounds), with every round in the sidecar (conditions.issued_rounds, contention_rounds, path_rounds,
 # and conditions.rounds: how many, whether they settled), and keeps each issued point's and each path's median and
-# each contention ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores (≈ 1.0-1.1× here)
-# or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's median step rides out. On four builds
+# each contention ratio's least. The least: a contention round reads either the ranks' steady sharing of the cores
+# (≈ 1.0-1.1× here) or that plus a burst of the virtual machine's host (1.5-1.9×), which a run's median step rides out. On four builds
 # of the book on this machine, the held-out runs priced with the least round's ratios missed by a median of about
 # 6 %, 9 %, 30 % and 12 %, with the median's 47 %, 8 %, 36 % and 13 % (the rule was chosen on the first three; the
 # chapter "Where the time goes" prices each round of its build); on the seventh, 10.3 % against 6.5-7.9 % for each of
@@ -590,7 +590,8 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     (``contention_rounds``; the profile takes the least: the comment at :data:`PATH_ROUNDS_FROM_REPS` says why), and
     the issued collectives and the paths in rounds until the constants taken from them settle
     (:mod:`distperf.measure.rounds`; ``issued_rounds``, ``path_rounds``: each round; ``rounds``: how many, whether they
-    settled, the last round's moves), the issued times and the paths the rounds' medians. Raises TimeoutError past ``timeout`` plus the rounds' budget."""
+    settled, the last round's moves), the issued times and the paths the rounds' medians. Raises TimeoutError past
+    ``timeout`` plus the rounds' budget."""
     return _spawned(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out), timeout + ROUNDS_BUDGET_S,
                     "the training-conditions benchmark")
 
