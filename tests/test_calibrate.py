@@ -11,7 +11,8 @@ from distperf.cli import main as cli
 from distperf.hardware import load_profile
 from distperf.cost.collectives import ring_terms
 from distperf.measure.alpha_beta import fit_alpha_beta, fit_collectives, fit_issued
-from distperf.measure.calibrate import least_contention, sidecar_path
+from distperf.measure.calibrate import sidecar_path
+from distperf.measure.rounds import least_contention
 from distperf.measure.kernels import LINEAR_SIZES_QUICK
 
 

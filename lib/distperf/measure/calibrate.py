@@ -60,7 +60,8 @@ from .alpha_beta import fit_collectives, fit_issued
 from .path_fits import (PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, STEP_FIT_MODEL, TP_FIT_BATCHES,
                         tensor_parallel_fits, with_path_constants)
 from .profiles import sidecar_path
-from .rounds import ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, median_rows, moves, settled
+from .rounds import (ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, least_contention, median_rows,
+                     moves, settled)
 from .speed import slowest
 
 SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
@@ -432,12 +433,6 @@ PATH_ROUNDS_FROM_REPS = 10  # fewer repetitions (a quick calibration): one round
 # priced every run as though its ranks did not share the machine (the 10th build's analytical mode: 14.7 % median
 # |error|, every strategy too fast; with each later round's ratios 6.7 to 8.8 %)
 CONTENTION_ROUNDS = 3
-
-
-def least_contention(rounds: list[dict]) -> dict:
-    """Each contention ratio (``memory``, ``compute``) over the rounds of the contention probe: the least (the
-    comment above says why)."""
-    return {name: min(r[name] for r in rounds) for name in ("memory", "compute")}
 
 
 def parallel_paths(world: int, reps: int = 10) -> dict:

@@ -78,6 +78,12 @@ def settled(moved: dict) -> bool:
     return bool(moved) and max(moved.values()) <= SETTLED
 
 
+def least_contention(rounds: list[dict]) -> dict:
+    """Each contention ratio (``memory``, ``compute``) over the rounds of the contention probe: the least (the comment
+    at :data:`distperf.measure.calibrate.PATH_ROUNDS_FROM_REPS` says why)."""
+    return {name: min(r[name] for r in rounds) for name in ("memory", "compute")}
+
+
 def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slice = slice(None),
                         contention: slice = slice(None)):
     """The hardware profile ``hw`` (a calibration's, with its sidecar ``side``) with the constants taken from the
@@ -100,7 +106,7 @@ def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slic
     fits = {kind: (alpha, beta) for kind, alpha, beta in hw.collectives}
     fits.update((kind, (fit["all"]["alpha"], fit["all"]["beta"]))
                 for kind, fit in fit_collectives(median_rows(issued_rounds)).items())
-    least = {f"contention_{name}": min(r[name] for r in ratios) for name in ("memory", "compute")}
+    least = {f"contention_{name}": value for name, value in least_contention(ratios).items()}
     out = replace(hw, collectives=tuple((kind, *fits[kind]) for kind in sorted(fits)),
                   kernels=replace(hw.kernels, **least))
     timed = {name: statistics.median(r[name] for r in path_rounds) for name in path_rounds[0]}

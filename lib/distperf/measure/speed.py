@@ -117,7 +117,7 @@ def contention_round(block_s: float, device=None) -> dict | None:
 def combine(first: dict, second: dict) -> dict:
     """The geometric mean per part of two probes (a run's, before and after its timed steps), and the lesser of their
     contention ratios where both hold them (the calibration's rule for its rounds,
-    :func:`distperf.measure.calibrate.least_contention`)."""
+    :func:`distperf.measure.rounds.least_contention`)."""
     speed = {k: math.sqrt(first[k] * second[k]) for k in PARTS if k in first and k in second}
     return {**speed, **{k: min(first[k], second[k]) for k in CONTENTION if k in first and k in second}}
 
