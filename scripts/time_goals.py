@@ -9,11 +9,9 @@ the same calibration; the median and largest |signed error| of the analytical an
 configurations and of the exposed communication per kind, against the goals
 (:func:`distperf.analysis.time_model.goal_table`); how the two instruments of exposed communication compare; the
 exposed communication's errors per kind; each strategy's median signed error in both modes; and both modes' median and
-largest |error| as declared (the analytical mode at each run's speed) and in the chapter's variants that price both
-modes at the calibration's speed or at each run's, or the analytical mode with each run's own contention. The
-chapter itself reads a default build's long studies from the archive; this reads only what the build measured, and
-names the tables it lacks (a default build at ``cpu`` leaves the long studies out: ``make data LONG=measure``
-measures them).
+largest |error| in the chapter's variants that price each run at its own speed or contention. The chapter itself reads
+a default build's long studies from the archive; this reads only what the build measured, and names the tables it
+lacks (a default build at ``cpu`` leaves the long studies out: ``make data LONG=measure`` measures them).
 """
 from __future__ import annotations
 
@@ -44,9 +42,7 @@ def report(tables: dict, hw) -> str:
     if len(errs):
         parts += ["", errs.groupby("strategy")[["analytical", "profiled"]].median().to_string(
             float_format="{:+.1%}".format)]
-        variants = {"as declared (analytical at each run's speed)": errs,
-                    "at the calibration's speed": tm.errors(tables, hw, speed=False),
-                    "at each run's speed": tm.errors(tables, hw, speed=True),
+        variants = {"as calibrated": errs, "at each run's speed": tm.errors(tables, hw, speed=True),
                     "with each run's contention": tm.errors(tables, hw, contention=True)}
         parts += ["", "Median / largest |error| of the chapter's variants (section \"The machine's speed\"):"]
         parts += [f"  {name}: " + "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}"

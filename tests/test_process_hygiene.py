@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -88,6 +89,34 @@ def test_stopping_a_sweep_stops_every_run_it_started(tmp_path, sig, batch):
     proc, mark = _start(argv + ([] if batch else ["--one-per-process"]))
     _stop_and_check(proc, mark, sig)
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+@pytest.mark.parametrize("stopper", ["launch", "sweep"])
+def test_a_stop_returns_though_a_stop_signal_left_the_childs_wait_lock_held(stopper):
+    """A stop signal whose handler raises inside ``Popen.poll()`` just after its non-blocking acquire of the child's
+    wait lock leaves that lock held (CPython's ``subprocess``); the stop that follows must still kill and reap the
+    child and return, where a plain ``Popen.wait()`` blocks forever (a ``distperf run`` stopped by SIGTERM once
+    outlived this file's 30 s)."""
+    from distperf.launch import TAG, spawn, stop_launchers
+    from distperf.runner.sweep import stop
+
+    tag = uuid.uuid4().hex
+    proc = spawn([PY, "-c", "import time; time.sleep(120)"], env={**os.environ, TAG: tag}, start_new_session=True)
+    assert proc._waitpid_lock.acquire(False)  # as the interrupted poll leaves it
+    done = threading.Event()
+
+    def stopping():
+        stop_launchers([proc], tag) if stopper == "launch" else stop(proc, tag, grace=0.1)
+        done.set()
+
+    try:
+        threading.Thread(target=stopping, daemon=True).start()
+        assert done.wait(30), "the stop blocked on the child's wait lock"
+        assert not os.path.exists(f"/proc/{proc.pid}"), "the child was not reaped"
+    finally:
+        proc._waitpid_lock.release()
+        if os.path.exists(f"/proc/{proc.pid}"):
+            proc.kill()
 
 
 def test_the_check_for_processes_left_cannot_pass_without_proc(monkeypatch):

@@ -67,6 +67,20 @@ def tagged_processes(name: str, tag: str, strict: bool = False) -> list[int]:
     return found
 
 
+def reap(proc: subprocess.Popen, wait_s: float = 5.0) -> None:
+    """Wait for a child that was sent SIGKILL, without ``Popen.wait()``'s blocking lock: a stop signal whose handler
+    raises while ``Popen.poll()`` holds that lock (between its non-blocking acquire and its ``try``, in CPython's
+    ``subprocess``) leaves it held for good, and a plain ``wait()`` then blocks forever. After ``wait_s`` seconds the
+    child is reaped with ``os.waitpid``."""
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.waitpid(proc.pid, 0)
+        except ChildProcessError:  # reaped meanwhile
+            pass
+
+
 def kill_tagged(name: str, tag: str, wait_s: float = 5.0) -> None:
     """SIGKILL every process that carries ``name=tag``, and wait (up to ``wait_s``) until none is left."""
     for pid in tagged_processes(name, tag):
@@ -327,7 +341,7 @@ def stop_launchers(procs: list[subprocess.Popen], tag: str) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
-        proc.wait()
+        reap(proc)
     kill_tagged(TAG, tag)
 
 

@@ -95,12 +95,10 @@ def global_batch(frame):
     return frame["config.layout.micro_batch"] * frame["config.layout.microbatches"] * frame["config.layout.dp"]
 
 
-def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool | None = None,
-                     contention: bool = False):
+def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = False, contention: bool = False):
     """``frame`` with the cost model beside each row: ``prediction`` (the dictionary of
     :func:`distperf.cost.predict` on ``hw`` — with ``speed``, its kernel times scaled to the speed the machine had
-    during the row's run where the row and ``hw`` hold speed probes, by default as the analytical mode's rule says
-    (:data:`distperf.measure.speed.ANALYTICAL_AT_RUN_SPEED`), with ``contention`` the contention ratios
+    during the row's run where the row and ``hw`` hold speed probes, with ``contention`` the contention ratios
     the row's ranks measured in place of the calibration's (:mod:`distperf.measure.speed`) —, with the DDP
     bucket of ``bucket_mb`` MiB per row, a column or one number, else torch's default), ``predicted_s``,
     ``predicted_exposed_s``, ``measured_s`` (the median step) and
@@ -109,9 +107,8 @@ def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool 
 
     from ..cost import predict
     from ..cost.predict import DDP_BUCKET_BYTES
-    from ..measure.speed import ANALYTICAL_AT_RUN_SPEED, at_contention, at_speed, of_row
+    from ..measure.speed import at_contention, at_speed, of_row
 
-    speed = ANALYTICAL_AT_RUN_SPEED if speed is None else speed
     frame = frame.copy()
     if bucket_mb is None:
         buckets = [DDP_BUCKET_BYTES] * len(frame)

@@ -94,19 +94,17 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["model"] != STEP_FIT_MODEL]
 
 
-def errors(tables: dict, hw, speed: bool | None = None, contention: bool = False) -> pd.DataFrame:
+def errors(tables: dict, hw, speed: bool = False, contention: bool = False) -> pd.DataFrame:
     """Per held-out configuration: ``experiment``, ``strategy``, ``model``, ``measured_s``, and the signed errors of
-    the ``analytical`` mode (every term of the kernel time model on ``hw``, at each run's speed:
-    :data:`distperf.measure.speed.ANALYTICAL_AT_RUN_SPEED`) and the ``profiled`` one (:func:`profiled_prediction`:
-    compute from the run's profiled layer times, the rest from ``hw`` at the calibration's speed); with ``speed``
-    True, the variant that prices both modes at the speed each run's probes measured, with False the one that prices
-    both at the calibration's; with ``contention`` the one that prices the analytical mode with the contention its
-    ranks measured (:mod:`distperf.measure.speed`)."""
+    the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
+    (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``); with
+    ``speed``, the variant that prices each run at the speed its probes measured, with ``contention`` the one that
+    prices its analytical mode with the contention its ranks measured (:mod:`distperf.measure.speed`)."""
     frame = _frame(tables)
     if hw is None or not len(frame):
         return pd.DataFrame(columns=["experiment", "strategy", "model", "measured_s", "analytical", "profiled"])
     predicted = rows.with_predictions(frame, hw, check=False, speed=speed, contention=contention)
-    profiled = [profiled_prediction(r, hw, bool(speed)) for _, r in frame.iterrows()]
+    profiled = [profiled_prediction(r, hw, speed) for _, r in frame.iterrows()]
     out = pd.DataFrame({"experiment": frame.experiment, "strategy": frame.apply(strategy, axis=1),
                         "model": frame["config.model.name"], "measured_s": predicted.measured_s,
                         "analytical": signed_error(predicted.predicted_s, predicted.measured_s),
@@ -709,8 +707,8 @@ def contention_sentence(tables: dict, hw, plain: pd.DataFrame, contended: pd.Dat
 def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataFrame) -> str:
     """What the runs' speed probes say, in words: each part's run/calibration ratio (median, least, largest), how far
     a run's two probes lie apart (the machine's speed moving within seconds, which no probe outside the steps can
-    follow), and each mode's median and largest |error| with the runs priced at the calibration's speed (``plain``,
-    :func:`errors` with ``speed`` False) and at their own (``at_speed``, with ``speed`` True)."""
+    follow), and each mode's median and largest |error| without (``plain``, :func:`errors`) and with the runs priced
+    at their own speed (``at_speed``, :func:`errors` with ``speed``)."""
     if not len(plain):
         return "it has no held-out configuration to price (every run trained the fit's preset)"
     if not len(speeds):
@@ -729,8 +727,8 @@ def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataF
     for mode in ("analytical", "profiled"):
         a, b = plain[mode].abs().dropna(), at_speed[mode].abs().dropna()
         if len(a) and len(b):
-            changes.append(f"the {mode} mode's median |error| goes from {a.median():.1%} to {b.median():.1%} "
+            changes.append(f"the {mode} mode's median |error| would go from {a.median():.1%} to {b.median():.1%} "
                            f"and its largest from {a.max():.0%} to {b.max():.0%}")
     if changes:
-        text += "; priced at each run's speed instead of the calibration's, " + ", and ".join(changes)
+        text += "; priced at each run's speed, " + ", and ".join(changes)
     return text

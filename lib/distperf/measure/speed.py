@@ -22,14 +22,6 @@ others wait; the slowest rank's time per part), under ``torch.no_grad`` except t
 than when it was calibrated); :meth:`distperf.cost.kernels.KernelCosts.at_speed` scales each class of kernel time
 by its ratio.
 
-The analytical mode prices each run at its own speed where the run and the profile both took a probe
-(:data:`ANALYTICAL_AT_RUN_SPEED`), a rule declared before the data it was then judged on. On the three builds it was
-chosen on, the variant priced at each run's speed missed the held-out runs by a median 11.4 %, 5.0 % and 9.4 % (largest
-34.7 %, 27.0 %, 31.9 %) against 6.5 %, 14.7 % and 19.1 % (largest 57.5 %, 34.2 %, 43.0 %) at the calibration's speed:
-the largest error fell on all three, the median on two. The profiled mode keeps the calibration's speed for its other
-terms (its parts were timed during the run itself; priced at the run's speed it missed by 5.9 %, 9.6 % and 6.2 %
-against 8.7 %, 7.4 % and 5.3 %).
-
 A run of several ranks also measures their contention (:func:`contention_round`, the calibration's own probe in
 shorter blocks): a 192×192 matrix product and a copy of 8 Mi values, each timed on rank 0 alone and on every rank
 at once, ``contention_compute`` and ``contention_memory`` the ratios together / alone, which the calibration
@@ -43,7 +35,6 @@ from dataclasses import replace
 
 from ..cost.kernels import PROBE_PARTS as PARTS
 
-ANALYTICAL_AT_RUN_SPEED = True  # the analytical mode's rule (the module's docstring): each run at its probe's speed
 MIN_RUN_TIME_S = 0.02  # per part: about 0.07 s per probe with its warm-up calls
 CONTENTION = ("contention_memory", "contention_compute")
 CONTENTION_BLOCK_S = 0.03  # per kind, alone and together: about 0.15 s per reading in a run

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import ConfigError
-from ..launch import kill_tagged, spawn
+from ..launch import kill_tagged, reap, spawn
 from ..measure.background import Watch
 from ..results import PROVENANCE_COLUMNS, provenance
 from .batch import batchable, prepare, run_jobs
@@ -92,7 +92,7 @@ def stop(proc: subprocess.Popen, tag: str, grace: float = 3.0) -> None:
             pass
     _signal_group(proc.pid, signal.SIGKILL)
     kill_tagged(TAG, tag, wait_s=0.0)
-    proc.wait()
+    reap(proc)
     kill_tagged(TAG, tag)
 
 
