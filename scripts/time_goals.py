@@ -7,9 +7,10 @@ Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, o
 probes and whether they settled, and both modes priced with that profile and with the one the earlier rule gives from
 the same calibration; the median and largest |signed error| of the analytical and profiled modes over the held-out
 configurations and of the exposed communication per kind, against the goals
-(:func:`distperf.analysis.time_model.goal_table`); how the two instruments of exposed communication compare; the
-exposed communication's errors per kind; each strategy's median signed error in both modes; and both modes' median and
-largest |error| in the chapter's variants that price each run at its own speed or contention. The chapter itself reads
+(:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
+configuration; how the two instruments of exposed communication compare; the exposed communication's errors per kind;
+each strategy's median signed error in both modes; and both modes' median and largest |error| in the chapter's
+variants that price each run at its own speed or contention. The chapter itself reads
 a default build's long studies from the archive; this reads only what the build measured, and names the tables it
 lacks (a default build at ``cpu`` leaves the long studies out: ``make data LONG=measure`` measures them).
 """
@@ -34,7 +35,9 @@ def report(tables: dict, hw) -> str:
     goals = tm.goal_table(errs, exposed)
     shown = goals.assign(**{c: goals[c].map(lambda x: f"{x:.1%}" if x == x else "-")
                             for c in ("median |error|", "largest |error|")})
-    parts = [shown.to_string(index=False), "", "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
+    spread = tm.repeat_spread_sentence(tm.repeat_spread(tables, hw))
+    parts = [shown.to_string(index=False), "", f"Repeats: {spread}.", "",
+             "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):
         kinds = exposed.assign(e=exposed.error.abs()).groupby("kind").e.agg(["count", "median", "max"])
         parts += ["", kinds.rename(columns={"count": "configurations", "median": "median |error|",

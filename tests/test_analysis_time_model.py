@@ -82,6 +82,28 @@ def test_the_contention_rounds_reprice_the_analytical_mode_round_by_round():
     assert tm.contention_sensitivity(tables(), HW, {"conditions": {}}).startswith("the calibration kept no rounds")
 
 
+def _repeats(model: str, ratios, profiled_ratios, **layout) -> list[dict]:
+    return [{**row(model, r, q, **layout), "repeat": i} for i, (r, q) in enumerate(zip(ratios, profiled_ratios))]
+
+
+@pytest.mark.parametrize("spread, more", [(0.1, True), (0.01, False)])
+def test_the_repeat_spread_of_the_profiled_error_is_measured_per_configuration(spread, more):
+    table = pd.DataFrame(_repeats("small", (1.0, 1.2, 0.8), (1.0, 1 + spread, 1 - spread))
+                         + _repeats(STEP_FIT_MODEL, (1.0, 2.0), (1.0, 2.0))  # the fit's preset: left out
+                         + _repeats("small", (1.0,), (1.0,), dp=2))  # one repeat: no spread
+    found = tm.repeat_spread({"regimes": table, "dp_zero": None}, HW)
+    assert len(found) == 1 and found.repeats.iloc[0] == 3
+    assert found.measured.iloc[0] == pytest.approx(0.2)
+    assert found.profiled_error.iloc[0] == pytest.approx(spread, rel=1e-4)  # errors 0, +spread, −spread
+    predicted = np.array([1.0, 1.2 * (1 + spread), 0.8 * (1 - spread)])
+    assert found.profiled.iloc[0] == pytest.approx(predicted.std(ddof=1) / predicted.mean(), rel=1e-4)
+    sentence = tm.repeat_spread_sentence(found)
+    assert sentence.startswith("over 1 held-out configurations of 3 repeats each")
+    assert ("moves by more than" if more else "moves by less than") in sentence
+    assert tm.repeat_spread_sentence(tm.repeat_spread({"regimes": table.iloc[3:]}, HW)).startswith(
+        "no held-out configuration ran twice")
+
+
 def test_errors_leave_out_the_fit_preset():
     errs = tm.errors(tables(), HW)
     assert STEP_FIT_MODEL not in set(errs.model) and len(errs) == 3

@@ -116,6 +116,52 @@ def errors(tables: dict, hw, speed: bool = False, contention: bool = False) -> p
 LAYER_TIMES = "prediction.profiled.layer_times."
 
 
+def repeat_spread(tables: dict, hw) -> pd.DataFrame:
+    """Per held-out configuration with two repeats or more (each a run in fresh processes, which timed its own
+    parts after its steps): ``experiment``, ``config_hash``, ``repeats``, and over its repeats the relative standard
+    deviation (standard deviation / mean) of the measured iteration (``measured``) and of the profiled mode's
+    prediction from each repeat's own parts (``profiled``, :func:`profiled_prediction`), and the standard deviation of
+    that prediction's signed error against its own repeat (``profiled_error``)."""
+    columns = ["experiment", "config_hash", "repeats", "measured", "profiled", "profiled_error"]
+    runs = []
+    for name, table in tables.items():
+        if table is None or not len(table) or "repeat" not in table:
+            continue
+        part = table[(table["status"] == "ok") & table["iteration_time_s.median"].notna()]
+        if "source" in part:
+            part = part[part["source"] == "fresh"]
+        part = part[part["config.model.name"] != STEP_FIT_MODEL]
+        for _, r in part.iterrows():
+            runs.append({"experiment": name, "config_hash": r["config_hash"], "measured": r["iteration_time_s.median"],
+                         "predicted": profiled_prediction(r, hw) if hw is not None else np.nan})
+    frame = pd.DataFrame(runs, columns=["experiment", "config_hash", "measured", "predicted"]).dropna()
+    frame["error"] = signed_error(frame.predicted, frame.measured)
+    out = []
+    for (name, key), g in frame.groupby(["experiment", "config_hash"], sort=False):
+        if len(g) >= 2:
+            out.append({"experiment": name, "config_hash": key, "repeats": len(g),
+                        "measured": g.measured.std() / g.measured.mean(),
+                        "profiled": g.predicted.std() / g.predicted.mean(), "profiled_error": g.error.std()})
+    return pd.DataFrame(out, columns=columns)
+
+
+def repeat_spread_sentence(spread: pd.DataFrame) -> str:
+    """:func:`repeat_spread` in words, against the profiled mode's goal for its median |error|."""
+    if not len(spread):
+        return "no held-out configuration ran twice with its parts timed (a smoke build runs each once)"
+    goal = GOALS["profiled"][0]
+    moves = spread.profiled_error.median()
+    least, most = spread.repeats.min(), spread.repeats.max()
+    repeats = f"{least}" if least == most else f"{least} to {most}"
+    return (f"over {len(spread)} held-out configurations of {repeats} repeats each, the repeats' measured iterations "
+            f"have a median relative standard deviation of {spread.measured.median():.1%} (largest "
+            f"{spread.measured.max():.0%}), the profiled predictions from each repeat's own parts one of "
+            f"{spread.profiled.median():.1%} (largest {spread.profiled.max():.0%}), and their signed errors a median "
+            f"standard deviation of {moves:.1%} (largest {spread.profiled_error.max():.0%}): from one repeat to the "
+            f"next, the profiled mode's error moves by {'more' if moves > goal else 'less'} than its goal's "
+            f"{goal:.0%} median")
+
+
 def profiled_prediction(row, hw, speed: bool = False) -> float:
     """The profiled mode's iteration on ``hw``: :func:`distperf.cost.predict` with compute from the times the run
     profiled (its ``prediction.profiled.layer_times.*``: its ranks' parts measured all at once, with their optimizer
