@@ -336,6 +336,44 @@ def test_the_prediction_fingerprint_is_the_same_twice_and_covers_every_strategy(
     assert {lay["zero"] for lay in layouts} == {0, 1, 2, 3} and any(lay["sequence_parallel"] for lay in layouts)
 
 
+@pytest.mark.parametrize("pp", [2, 4])
+def test_2bw_with_a_tied_embedding_waits_each_step_for_the_first_ranks_update(pp, monkeypatch):
+    """Under 2BW the last rank's update all-reduces the tied embedding with the first rank's, which follows the last
+    gradient across ranks p − 2 … 0: the last rank's step gains Σ drain_r of those ranks, as idle time (the bubble),
+    and the iteration is the slowest rank's; an untied model, the flushing schedules and the papers' count do not
+    wait."""
+    import importlib
+
+    from distperf.cost.stage import stage_costs
+
+    prediction = importlib.import_module("distperf.cost.predict")
+
+    spec = ModelSpec(name="t", layers=8, hidden=64, heads=4, vocab=4096, seq=16, ffn=256, tied=True)
+    cfg = validate(Config(model=spec, layout=Layout(pp=pp, micro_batch=1, microbatches=8, schedule="2bw")))
+    waited = predict(cfg)["time_s"]
+    lay = cfg.layout
+    spans, unique, which = prediction._spans(lay.partition or prediction._uniform(spec.layers, pp), pp, 1)
+    stages = stage_costs(spec, lay, cfg.training, prediction.PRESETS[prediction.DEFAULT], unique,
+                         prediction.DDP_BUCKET_BYTES)
+    ranks = [stages[span] for span in spans]
+    wait = sum(rank.drain for rank in ranks[:-1])
+    assert wait > 0 and prediction.tied_update_wait(ranks) == pytest.approx(wait)
+    last = ranks[-1]
+    m = lay.microbatches
+    last_end = m * last.microbatch + wait + last.step_exposed + last.optimizer + (m - 1) * last.accumulate
+    monkeypatch.setattr(prediction, "tied_update_wait", lambda ranks: 0.0)
+    free = predict(cfg)["time_s"]
+    assert waited["iteration"] == pytest.approx(max(free["iteration"], last_end))  # the slowest rank sets the pace
+    if last_end > free["iteration"]:  # then the last rank ends the iteration, idle for the wait
+        assert waited["bubble"] == pytest.approx(wait)
+    monkeypatch.undo()
+    untied = validate(Config(model=replace(spec, tied=False), layout=lay))
+    flush = validate(Config(model=spec, layout=replace(lay, schedule="1f1b")))
+    monkeypatch.setattr(prediction, "tied_update_wait", lambda ranks: 1e9)  # never asked for these three
+    assert predict(untied)["time_s"]["iteration"] < 1e9 and predict(flush)["time_s"]["iteration"] < 1e9
+    assert predict(cfg, convention="paper")["time_s"]["iteration"] < 1e9  # the papers count no wait
+
+
 def test_a_checked_model_does_not_vouch_for_an_equal_one_of_another_type():
     """validate remembers the model objects whose rules held (a sweep checks a few models 10^5 times); a spec that
     compares equal but holds a bool where a size belongs (True == 1) is still refused."""

@@ -432,6 +432,17 @@ def test_batch_times_of_2bw_and_flush_with_equal_stages(d, m):
     assert sched.batch_time(sched.flush_schedule(d, m, 5), f, b) == pytest.approx((m + d - 1) * (f + b))
 
 
+@pytest.mark.parametrize("d,m", [(2, 2), (2, 8), (4, 4), (4, 16)])
+def test_a_tied_embedding_makes_2bw_wait_for_the_first_stages_update_and_leaves_flush_as_it_was(d, m):
+    """The first and last stage all-reduce the tied embedding's gradient at each update: under 2BW the last stage
+    then waits each batch for the batch's last gradient to cross stages d − 2 … 0, (d − 1)·b; Flush already waits."""
+    f, b, u = 1.0, 2.0, 0.25
+    untied, tied = (sched.batch_time(sched.schedule(d, m, 6), f, b, u, tied=t) for t in (False, True))
+    assert untied == pytest.approx(m * (f + b) + u) and tied == pytest.approx(untied + (d - 1) * b)
+    flush = [sched.batch_time(sched.flush_schedule(d, m, 6), f, b, u, tied=t) for t in (False, True)]
+    assert flush[0] == pytest.approx(flush[1]) == pytest.approx((m + d - 1) * (f + b) + u)
+
+
 def test_batch_time_takes_per_stage_times_and_needs_three_batches():
     slow_last = sched.batch_time(sched.flush_schedule(2, 4, 4), [1.0, 2.0], [2.0, 4.0])
     assert slow_last == pytest.approx(4 * 6.0 + 3.0)  # m·t_max + the other stage's fill and drain

@@ -46,8 +46,9 @@ activation counts). ``backend`` (``nccl``, the default, or ``gloo``) chooses the
 time is counted; the bytes come both ways whatever the backend: ``communication_bytes``, the algorithmic ring
 volumes, and ``communication_wire_bytes``, what gloo sends (:mod:`distperf.cost.collectives`).
 
-The pipeline takes :func:`~distperf.cost.schedules.pipeline_time` over the t_r. Rank r finishes its
-last backward when the drain has still to cross ranks r − 1 … 0; then its data-parallel reduction's
+The pipeline takes :func:`~distperf.cost.schedules.pipeline_time` over the t_r; in the trainer's PipeDream-2BW with
+a tied embedding, the last rank also waits each step for the first rank's update (:func:`tied_update_wait`). Rank r
+finishes its last backward when the drain has still to cross ranks r − 1 … 0; then its data-parallel reduction's
 exposed tail (bucketed overlap with the last backward), the tied-embedding all-reduce and the optimizer
 step (memory-bound: bytes touched / memory bandwidth) follow, and, with measured kernels, the m − 1 additions of a
 microbatch's gradients to the accumulated ones. Iteration = the latest rank's end;
@@ -179,10 +180,17 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                 iteration, finish, slowest, last = end, pipe - drain, rank, r
             drain += rank.drain / v
     else:  # no flush: in steady state every rank keeps the pace of the slowest
-        slowest = max(distinct, key=lambda rank: m * rank.microbatch + rank.step_exposed
-                      + updates * rank.optimizer + (m - 1) * rank.accumulate)
+        def busy(rank):
+            """The rank's step without waits: m microbatches, its step's exposed tail, updates, accumulation."""
+            return m * rank.microbatch + rank.step_exposed + updates * rank.optimizer + (m - 1) * rank.accumulate
+
+        slowest = max(distinct, key=busy)
         finish = m * slowest.microbatch
         last = ranks.index(slowest)
+        if sched == "2bw" and spec.tied and p > 1 and trainer:  # the last rank waits for the first one's update
+            wait = tied_update_wait(ranks)
+            if busy(ranks[-1]) + wait > busy(slowest):
+                slowest, last, finish = ranks[-1], p - 1, m * ranks[-1].microbatch + wait
         iteration = finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
     bubble = finish - m * slowest.microbatch
 
@@ -224,6 +232,20 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         "backend": backend,
     }
 
+
+
+def tied_update_wait(ranks: list[StageCosts]) -> float:
+    """What a tied embedding costs PipeDream-2BW's last rank per step in the trainer, beyond its all-reduce:
+    Σ_{r < p−1} drain_r (the papers count no such wait: ``convention="paper"`` leaves it out).
+
+    The trainer all-reduces the tied embedding's gradient between the first and the last rank when each applies
+    update t. The last rank reaches update t right after its backward of batch t's last microbatch; the first rank
+    only after that microbatch's gradient has crossed ranks p − 2 … 0, each a backward and a send (``drain``). The
+    last rank waits that long at every step, and in steady state every rank keeps its pace. The schedule's timeline
+    with that dependency (:func:`distperf.parallel.twobw_schedule.timeline` with ``tied``) gives the same, (d − 1)·b
+    per batch for equal stages; traced on the 2-core development machine, the trainer stepped the `small` model at
+    pp 2, micro-batch 2, m 2 in 53–56 ms with its embedding tied and 31–38 ms untied."""
+    return sum(rank.drain for rank in ranks[:-1])
 
 
 @lru_cache(maxsize=4096)

@@ -119,12 +119,13 @@ def flush_schedule(num_stages: int, microbatches: int, batches: int) -> list[lis
     return per_stage
 
 
-def batch_time(per_stage: list[list[Action]], forward=1.0, backward=2.0, update: float = 0.0) -> float:
+def batch_time(per_stage: list[list[Action]], forward=1.0, backward=2.0, update: float = 0.0,
+               tied: bool = False) -> float:
     """Steady-state time per batch of a schedule's lists (:func:`timeline`): from the end of the first batch's
     last update (on any stage) to the end of the last but one batch's, over the batches between (at least three
     batches: the last one's drain, which only a final flush pays, is left out)."""
     ends: dict[int, float] = {}
-    for stage in timeline(per_stage, forward, backward, update):
+    for stage in timeline(per_stage, forward, backward, update, tied):
         for a, _, end in stage:
             if a.kind == "U":
                 ends[a.index] = max(ends.get(a.index, 0.0), end)
@@ -134,11 +135,13 @@ def batch_time(per_stage: list[list[Action]], forward=1.0, backward=2.0, update:
     return (ends[last] - ends[0]) / last
 
 
-def timeline(per_stage: list[list[Action]], forward=1.0, backward=2.0,
-             update: float = 0.0) -> list[list[tuple[Action, float, float]]]:
+def timeline(per_stage: list[list[Action]], forward=1.0, backward=2.0, update: float = 0.0,
+             tied: bool = False) -> list[list[tuple[Action, float, float]]]:
     """Start and end time of every action, each stage running its list in order as soon as its inputs
     exist (F k after F k on the stage before; B k after B k on the stage after); communication is free.
-    ``forward`` and ``backward``: one microbatch's time, the same on every stage or one per stage.
+    ``forward`` and ``backward``: one microbatch's time, the same on every stage or one per stage. ``tied``: the
+    first and the last stage share a tied embedding, whose gradient they all-reduce when they apply an update, so
+    that update t starts on both only once both have reached it (the trainer's ``before_update``).
 
     Raises RuntimeError if the lists deadlock (no stage can proceed). Used for schedule diagrams and
     to check that a schedule is executable.
@@ -150,6 +153,7 @@ def timeline(per_stage: list[list[Action]], forward=1.0, backward=2.0,
     done: dict[tuple[int, str, int], float] = {}
     out: list[list[tuple[Action, float, float]]] = [[] for _ in range(d)]
     pos, free = [0] * d, [0.0] * d
+    reached: dict[tuple[int, int], float] = {}  # (stage, update) → when the stage reached it (``tied``)
     remaining = sum(len(a) for a in per_stage)
     while remaining:
         progressed = False
@@ -164,6 +168,12 @@ def timeline(per_stage: list[list[Action]], forward=1.0, backward=2.0,
                 if dep is not None and dep not in done:
                     break
                 start = max(free[r], done.get(dep, 0.0))
+                if a.kind == "U" and tied and d > 1 and r in (0, d - 1):  # the tied embedding's all-reduce
+                    reached[(r, a.index)] = reached.get((r, a.index), start)
+                    other = reached.get((d - 1 - r, a.index))
+                    if other is None:
+                        break
+                    start = max(start, other)
                 end = start + cost[r][a.kind]
                 done[(r, a.kind, a.index)] = end
                 out[r].append((a, start, end))
