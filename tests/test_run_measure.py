@@ -131,7 +131,8 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(qu
     assert pred["profiled"]["layer_times_source"].startswith("the run's ranks, all at once")
     for part in ("layer", "embedding", "head"):
         assert pred["profiled"]["layer_times"][part] == parts[part]
-        assert parts[part]["forward_s"] == max(rank[part][0] for rank in parts["per_rank"]) > 0
+        assert [parts[part]["forward_s"], parts[part]["backward_s"]] == list(parts["per_rank"][parts["rank"]][part])
+        assert parts[part]["forward_s"] > 0
     assert pred["profiled"]["layer_times"]["optimizer"] == parts["optimizer"]
     times = {**{part: (parts[part]["forward_s"], parts[part]["backward_s"]) for part in ("layer", "embedding", "head")},
              "optimizer": parts["optimizer"], "ranks_at_once": 2}
