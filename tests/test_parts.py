@@ -111,4 +111,3 @@ def test_the_analysis_reads_the_parts_a_run_measured():
     assert profiled_prediction(pd.Series(row), hw) == pytest.approx(expected)
     del row[f"{LAYER_TIMES}ranks_at_once"]  # one process's layer times: composed the older way, a different answer
     assert profiled_prediction(pd.Series(row), hw) != pytest.approx(expected)
-
