@@ -158,10 +158,10 @@ def part_times(cfg, device: torch.device, distributed: bool) -> dict:
     if distributed:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
-    n = len(ranks)
-    out = {part: {"forward_s": sum(r[part][0] for r in ranks) / n, "backward_s": sum(r[part][1] for r in ranks) / n}
+    mean = statistics.fmean
+    out = {part: {"forward_s": mean(r[part][0] for r in ranks), "backward_s": mean(r[part][1] for r in ranks)}
            for part in ("layer", "embedding", "head")}
-    out["optimizer"] = {g: sum(r["optimizer"][g] for r in ranks) / n for g in mine["optimizer"]}
-    out["ranks_at_once"] = n
+    out["optimizer"] = {g: mean(r["optimizer"][g] for r in ranks) for g in mine["optimizer"]}
+    out["ranks_at_once"] = len(ranks)
     out["per_rank"] = ranks
     return out
