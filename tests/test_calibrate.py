@@ -68,6 +68,13 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     paths = side["conditions"]["paths"]  # the tiny preset's tensor-parallel steps, which the path constants fit
     assert all(paths[f"{p}_b{b}_step_s"] > 0 for p in ("tp", "tp_sp") for b in (1, 2, 4))
     assert 0 <= side["background_cpu_share"] <= 1  # the machine's share other processes used meanwhile
+    # the spawned ranks pinned as a run's are: a core each where the machine has a core per rank
+    from distperf.launch import available_cores
+
+    placement = side["conditions"]["placement"]
+    assert len(placement) == 2 and all(p["pinned"] == (len(available_cores()) >= 2) for p in placement)
+    if placement[0]["pinned"]:
+        assert placement[0]["cores"] != placement[1]["cores"] and all(len(p["cores"]) == 1 for p in placement)
     # the profile is made of the sidecar's measurements
     assert hw.flops_fp32 == max(r["flops_per_s"] for r in side["gemm"] if r["dtype"] == "float32")
     fit = side["fits"]["all-reduce"]["all"]

@@ -10,7 +10,7 @@ repeated calls for the collectives; ``min_run_time`` per point):
   (:class:`distperf.model.Block`), the embeddings and the head with its loss; forward time, and
   backward time = (forward + backward) − forward, each on a fresh graph;
 - **collectives** over gloo (NCCL on CUDA) for 2…N ranks started with ``torch.multiprocessing``
-  (spawn, one thread each, with a timeout): all-reduce, all-gather and reduce-scatter of a buffer of M
+  (spawn, one thread each, each pinned to a core of its own as a run's ranks are, with a timeout): all-reduce, all-gather and reduce-scatter of a buffer of M
   bytes (M from 4 B to 4 MiB), and send/recv between two ranks (half a round trip). A point's time is
   the slowest rank's median.
 
@@ -230,14 +230,27 @@ def time_collective(collective: str, group, peers: tuple[int, int], nbytes: int,
     return numel * 4, statistics.median(times)
 
 
-def _join(rank: int, world: int, out: str, backend: str) -> None:
+def _join(rank: int, world: int, out: str, backend: str) -> dict:
     """Join the spawned ranks' process group through a file beside ``out`` (no store listening on the network)
-    and, on Linux, keep gloo's connections on loopback."""
+    and, on Linux, keep gloo's connections on loopback; on CPU, pin the rank to a core of its own as a run's ranks
+    are (:func:`distperf.launch.pin_rank`). Returns the rank's placement (``pinned``, ``cores``, ``reason``).
+
+    Why pin: until 3 December 2026 the calibration's ranks were not pinned, the runs' ranks were, and the probes
+    measured another machine. In a two-rank ``torchrun`` of the ``small`` preset's pipeline (pp 2, micro-batch 2, steps
+    of 2 and 8 microbatches, two rounds each), the engine added to each microbatch, beyond the same stage's plain
+    passes with both ranks at once, 6.1 and 7.0 ms (2BW) and 5.9 and 8.4 ms (1F1B) unpinned, and 2.8 and −1.0 ms,
+    −0.1 and 3.8 ms pinned; on the eighteenth build of the book, whose unpinned probe gave 3.9 ms per 2BW action, the
+    profiled mode over-predicted PipeDream-2BW by a median 30 %."""
     import torch.distributed as dist
 
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(backend, init_method=f"file://{out}.store", rank=rank, world_size=world)
+    if backend == "nccl":
+        return {"pinned": False, "cores": [], "reason": "GPU ranks are not pinned"}
+    from ..launch import pin_rank
+
+    return pin_rank(rank, world, torch.get_num_threads())
 
 
 def _bench_rank(rank: int, world: int, sizes, reps: int, backend: str, out: str) -> None:
@@ -316,7 +329,8 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
     from .speed import contention_round
 
     torch.set_num_threads(1)
-    _join(rank, world, out, "gloo")
+    placement = [None] * world
+    dist.all_gather_object(placement, _join(rank, world, out, "gloo"))
     device = torch.device("cpu")
     a = torch.randn(192, 192)
 
@@ -406,7 +420,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
         with open(out, "w") as f:
             json.dump({"issued": median_rows(issued_rounds), "issued_rounds": issued_rounds, "contention": contention,
                        "compute_between_s": base, "paths": paths, "path_rounds": rounds, "contention_rounds": ratios,
-                       "rounds": record}, f)
+                       "rounds": record, "placement": placement}, f)
     dist.destroy_process_group()
 
 
@@ -574,7 +588,7 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:
     """Collectives and kernels as a training step meets them, on ``ranks`` CPU ranks over gloo (spawned, one thread
-    each): ``issued``, each collective issued after a burst of matrix products (about a millisecond), as a step
+    each, pinned as a run's ranks are: ``placement``, one record per rank, :func:`_join`): ``issued``, each collective issued after a burst of matrix products (about a millisecond), as a step
     issues it between its operators — the time it adds to the burst, no barrier before it, the slowest rank's
     median ([{collective, ranks, bytes, seconds}], as :func:`collective_times`); ``contention``, the time of a
     memory-bound copy (32 MiB) and of a 192×192 matrix product with every rank running it at once over the time on
