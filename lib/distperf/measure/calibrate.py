@@ -10,9 +10,9 @@ repeated calls for the collectives; ``min_run_time`` per point):
   (:class:`distperf.model.Block`), the embeddings and the head with its loss; forward time, and
   backward time = (forward + backward) − forward, each on a fresh graph;
 - **collectives** over gloo (NCCL on CUDA) for 2…N ranks started with ``torch.multiprocessing``
-  (spawn, one thread each, each pinned to a core of its own as a run's ranks are, with a timeout): all-reduce, all-gather and reduce-scatter of a buffer of M
-  bytes (M from 4 B to 4 MiB), and send/recv between two ranks (half a round trip). A point's time is
-  the slowest rank's median.
+  (spawn, one thread each, each pinned to a core of its own as a run's ranks are, with a timeout):
+  all-reduce, all-gather and reduce-scatter of a buffer of M bytes (M from 4 B to 4 MiB), and send/recv
+  between two ranks (half a round trip). A point's time is the slowest rank's median.
 
 The α-β fit (chapter "The analytical framework", section on communication; :mod:`distperf.cost.collectives`): time = steps(n)·α +
 volume(n, M)/β with steps and volume of the ring algorithms (all-reduce 2(n − 1) steps and
@@ -588,8 +588,9 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:
     """Collectives and kernels as a training step meets them, on ``ranks`` CPU ranks over gloo (spawned, one thread
-    each, pinned as a run's ranks are: ``placement``, one record per rank, :func:`_join`): ``issued``, each collective issued after a burst of matrix products (about a millisecond), as a step
-    issues it between its operators — the time it adds to the burst, no barrier before it, the slowest rank's
+    each, pinned as a run's ranks are: ``placement``, one record per rank, :func:`_join`): ``issued``, each
+    collective issued after a burst of matrix products (about a millisecond), as a step issues it between its
+    operators — the time it adds to the burst, no barrier before it, the slowest rank's
     median ([{collective, ranks, bytes, seconds}], as :func:`collective_times`); ``contention``, the time of a
     memory-bound copy (32 MiB) and of a 192×192 matrix product with every rank running it at once over the time on
     one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
