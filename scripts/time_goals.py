@@ -8,11 +8,12 @@ probes and whether they settled, and both modes priced with that profile and wit
 the same calibration; the median and largest |signed error| of the analytical and profiled modes over the held-out
 configurations and of the exposed communication per kind, against the goals
 (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
-configuration; how the two instruments of exposed communication compare; the exposed communication's errors per kind;
-each strategy's median signed error in both modes; and both modes' median and largest |error| in the chapter's
-variants that price each run at its own speed or contention. The chapter itself reads
-a default build's long studies from the archive; this reads only what the build measured, and names the tables it
-lacks (a default build at ``cpu`` leaves the long studies out: ``make data LONG=measure`` measures them).
+configuration; what a perfect model would score against these measurements (:mod:`distperf.analysis.goal_floor`); how
+the two instruments of exposed communication compare; the exposed communication's errors per kind; each strategy's
+median signed error in both modes; and both modes' median and largest |error| in the chapter's variants that price each
+run at its own speed or contention. The chapter itself reads a default build's long studies from the archive; this reads
+only what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves the long studies out:
+``make data LONG=measure`` measures them).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import sys
 import pandas as pd
 
 from distperf import results
+from distperf.analysis import goal_floor
 from distperf.analysis import time_breakdown as tb
 from distperf.analysis import time_model as tm
 from distperf.config import ConfigError
@@ -36,7 +38,9 @@ def report(tables: dict, hw) -> str:
     shown = goals.assign(**{c: goals[c].map(lambda x: f"{x:.1%}" if x == x else "-")
                             for c in ("median |error|", "largest |error|")})
     spread = tm.repeat_spread_sentence(tm.repeat_spread(tables, hw))
-    parts = [shown.to_string(index=False), "", f"Repeats: {spread}.", "",
+    time_goals = {mode: goal for mode, goal in tm.GOALS.items() if mode != "exposed communication"}
+    floor = goal_floor.floor_sentence(goal_floor.floor_table(tables, time_goals), time_goals)
+    parts = [shown.to_string(index=False), "", f"Repeats: {spread}.", "", f"A perfect model: {floor}.", "",
              "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):
         kinds = exposed.assign(e=exposed.error.abs()).groupby("kind").e.agg(["count", "median", "max"])
