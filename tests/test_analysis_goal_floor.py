@@ -15,8 +15,8 @@ def _runs(config: str, times, model: str = "small", **layout) -> list[dict]:
 
 
 def _table(spread: float) -> pd.DataFrame:
-    """Six configurations of three repeats at −``spread``, +``spread``/2, +``spread``/2 around their means, one of the fit
-    preset's, one run once."""
+    """Six configurations of three repeats at −``spread``, +``spread``/2, +``spread``/2 around their means, one of
+    the fit preset's, one run once."""
     rows = []
     for i in range(6):
         rows += _runs(f"c{i}", [(1.0 + i) * (1 + d) for d in (-spread, spread / 2, spread / 2)], pp=2 if i % 2 else 1,
