@@ -1,6 +1,7 @@
 """Run-to-run spread of repeated configurations (distperf.analysis.repeats), on small synthetic tables."""
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -127,3 +128,26 @@ def test_spread_and_its_permutation_p_value():
     # two groups of three: only 20 relabellings, and the spread is symmetric, so p is never below 2/20
     assert repeats.permutation_p([[1.0, 1.01, 0.99], [2.0, 2.01, 1.99]]) > 0.09
     assert math.isnan(repeats.permutation_p([[1.0], [2.0], [3.0]]))
+
+
+def test_fold_takes_the_time_breakdown_from_every_repeat_that_broke_its_step_down():
+    per_rank = repeats.PER_RANK
+    rows = [_row("a", 0, 1.0), _row("a", 1, 1.2), _row("a", 2, 1.6),  # every repeat took the step
+            _row("b", 0, 2.0), _row("b", 1, 2.4), _row("b", 2, 2.2)]  # an older table: repeat 0 only
+    steps = {("a", 0): ([0.2, 0.1], [1.0, 0.9]), ("a", 1): ([0.4, 0.3], [1.0, 1.3]), ("a", 2): ([0.3, 0.5], [0.8, 1.2]),
+             ("b", 0): ([0.6, 0.2], [2.0, 2.1])}
+    for r in rows:
+        comm, window = steps.get((r["config_hash"], r["repeat"]), (None, None))
+        slowest = None if window is None else window.index(max(window))
+        r.update({f"{per_rank}communication": None if comm is None else json.dumps(comm),
+                  f"{per_rank}window": None if window is None else json.dumps(window),
+                  "time_breakdown_s.communication": None if comm is None else comm[slowest],
+                  "time_breakdown_s.window": None if window is None else window[slowest],
+                  "time_breakdown_s.rank": slowest})
+    folded = repeats.fold(pd.DataFrame(rows)).set_index("config_hash")
+    a, b = folded.loc["a"], folded.loc["b"]
+    assert json.loads(a[f"{per_rank}communication"]) == [0.3, 0.3] and json.loads(a[f"{per_rank}window"]) == [1.0, 1.2]
+    assert a["time_breakdown_s.rank"] == 1 and a["time_breakdown_s.window"] == 1.2  # the longest median window
+    assert a["time_breakdown_s.communication"] == 0.3 and a["time_breakdown_s.repeats"] == 3
+    assert b["time_breakdown_s.rank"] == 1 and b["time_breakdown_s.window"] == 2.1  # repeat 0's, as it was
+    assert b["time_breakdown_s.communication"] == 0.2 and b["time_breakdown_s.repeats"] == 1

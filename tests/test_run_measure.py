@@ -53,6 +53,31 @@ def _measure_job(cfg, opts):
     return {key: result[key] for key in ("memory_bytes", "communication", "measured_steps", "losses")}
 
 
+def _breakdown_job(cfg, opts):
+    from distperf.parallel.loop import run_training
+
+    result = run_training(cfg, opts)
+    return {key: result.get(key) for key in ("memory_bytes", "communication", "measured_steps", "time_breakdown_s")}
+
+
+@pytest.mark.parametrize("breakdown", [True, False])
+def test_a_run_without_measurement_still_breaks_its_step_down_unless_told_not_to(breakdown):
+    from distperf.config import RunOptions
+
+    cfg = validate(Config(model=tiny_spec(), layout=Layout(pp=2, microbatches=2, schedule="1f1b")))
+    opts = RunOptions(steps=1, warmup=0, device="cpu", measure=False, breakdown=breakdown)
+    results = spawn(_breakdown_job, 2, cfg, opts, timeout=120)
+    assert all(r["memory_bytes"] is None and r["communication"] is None for r in results)
+    if not breakdown:
+        assert all(r["time_breakdown_s"] is None and r["measured_steps"] is None for r in results)
+        return
+    found = results[0]["time_breakdown_s"]
+    assert all(r["time_breakdown_s"] == found for r in results)  # gathered: the same on every rank
+    assert len(found["per_rank"]["window"]) == 2 and found["window"] == max(found["per_rank"]["window"])
+    assert found["per_rank"]["communication"][found["rank"]] == found["communication"] > 0  # a pipeline waits
+    assert results[0]["measured_steps"]["memory"] == results[0]["measured_steps"]["communication"] == 0
+
+
 def _per_stage_max(per_rank: dict, key: str, stage: int) -> int:
     return max(v for v, s in zip(per_rank[key], per_rank["pipeline_rank"]) if s == stage)
 

@@ -170,6 +170,7 @@ class RunOptions:
     warmup: int = 1  # steps left out of the timing statistics
     timeout_s: float = 300.0
     measure: bool = False  # memory and communication steps after the timed ones (distperf.measure.steps)
+    breakdown: bool = False  # without measure, still the CPU step whose time is broken down by class (the same)
     mesh_order: str = "pp,dp,tp"  # placement of ranks on the mesh, slowest-varying first (one of MESH_ORDERS)
     eval_batches: int = 0  # held-out batches evaluated after training (distperf.parallel.held_out)
 

@@ -148,6 +148,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
                    help="after the timed steps, measure memory by category and communication by kind on 3 more "
                         "optimizer steps (distperf.measure.steps) (default on)")
+    g.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --no-measure, still break one more optimizer step's time down by class on CPU (the "
+                        "time-breakdown step of distperf.measure.steps, which --measure takes too): a time, which "
+                        "varies from run to run, unlike memory and bytes (default on)")
 
 
 def options_from_args(a: argparse.Namespace) -> RunOptions:
@@ -165,6 +169,7 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
         raise ConfigError("eval_batches", f"must be 0 to {MAX_EVAL_BATCHES}, got {a.eval_batches}")
     return RunOptions(steps=a.steps, seed=a.seed, lr=a.lr, bucket_mb=a.bucket_mb, data=a.data, device=a.device,
                       warmup=min(a.warmup, a.steps - 1), timeout_s=a.timeout, measure=a.measure,
+                      breakdown=a.breakdown,
                       mesh_order=a.mesh_order, eval_batches=a.eval_batches)
 
 

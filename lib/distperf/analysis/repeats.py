@@ -2,7 +2,8 @@
 ``repeat`` 0 … R − 1, each repeat in fresh processes).
 
 :func:`fold` turns a table of repeats into one row per configuration, as the chapters read it (the median over the
-repeats as the configuration's iteration time; memory and communication, measured in repeat 0 only, from there).
+repeats as the configuration's iteration time; memory and communication, measured in repeat 0 only, from there; the
+time-breakdown step, which every repeat takes, folded over the repeats).
 Per configuration (its ``config_hash`` on one machine, from one source), :func:`by_configuration` gives:
 
 - ``repeats``: the repeats that ran (status ``ok``);
@@ -36,6 +37,8 @@ TIME, P10, P90 = "iteration_time_s.median", "iteration_time_s.p10", "iteration_t
 ERRORS = ("error.iteration_time_s.analytical", "error.iteration_time_s.profiled")
 PROFILED = "prediction.profiled."  # the profiled mode: its part times and the prediction composed from them
 AT_ONCE = "prediction.profiled.layer_times.ranks_at_once"  # set where the run's own ranks timed the parts
+BREAKDOWN = "time_breakdown_s."  # the step whose time is broken down by class (distperf.measure.steps)
+PER_RANK = BREAKDOWN + "per_rank."
 LEVEL = 0.95
 
 
@@ -167,15 +170,16 @@ def by_configuration(frame, level: float = LEVEL):
 
 
 def fold(frame, level: float = LEVEL):
-    """One row per configuration of a sweep table's ``ok`` rows (a table without repeats comes back as it is): the
-    row of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median
-    over the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs,
-    ``tokens_per_s`` and the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that
-    median, the speed probe's columns (``speed_probe.*``) their medians over the repeats, the profiled mode's
-    numbers (``prediction.profiled.*``: the part times and the iteration composed from them) their medians over
-    the repeats whose own ranks timed the parts (where repeat 0's did; older tables timed them in repeat 0 only),
-    and the columns of :func:`by_configuration`'s interval beside them: ``repeats``, ``iteration_time_s.ci_low``,
-    ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
+    """One row per configuration of a sweep table's ``ok`` rows (a table without repeats comes back as it is): the row
+    of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median over
+    the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs, ``tokens_per_s`` and
+    the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that median, the time-breakdown
+    step's classes over the repeats that took it (:func:`_fold_breakdown`), the speed probe's columns
+    (``speed_probe.*``) their medians over the repeats, the profiled mode's numbers (``prediction.profiled.*``: the
+    part times and the iteration composed from them) their medians over the repeats whose own ranks timed the parts
+    (where repeat 0's did; older tables timed them in repeat 0 only), and the columns of :func:`by_configuration`'s
+    interval beside them: ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``,
+    ``iteration_time_s.ci_half_rel``."""
     runs = frame[frame["status"] == "ok"] if "status" in frame else frame
     if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
         return runs.copy()
@@ -198,6 +202,8 @@ def fold(frame, level: float = LEVEL):
         first[probes] = per_probe.reindex(index).to_numpy()
     if AT_ONCE in runs:
         _fold_profiled(runs, first, keys, median)
+    if BREAKDOWN + "window" in runs:
+        _fold_breakdown(runs, first, keys)
     for column, name in ((P10, "p10_s"), (P90, "p90_s")):
         if column in first:
             first[column] = per[name].reindex(index).to_numpy()
@@ -224,6 +230,59 @@ def _fold_profiled(runs, first, keys: list, median) -> None:
     iteration, error = PROFILED + "time_s.iteration", ERRORS[1]
     if iteration in first and error in first:
         first.loc[mask, error] = first.loc[mask, iteration].astype(float) / median[mask] - 1
+
+
+def _fold_breakdown(runs, first, keys: list) -> None:
+    """In ``first`` (one row per configuration, in place): the time-breakdown step over the repeats that took it (every
+    repeat in tables measured from 3 December 2026, repeat 0 alone before), and ``time_breakdown_s.repeats``, how many
+    did. Each rank's class times (``time_breakdown_s.per_rank.<class>``, JSON lists) become their medians over those
+    repeats, rank by rank; the step's own (``time_breakdown_s.<class>``, ``window``, ``rank``) are then those of the
+    rank whose median window is longest, the rank :func:`distperf.measure.steps.combine_breakdowns` picks in one
+    run. A table without per-rank lists takes each class's median over the repeats."""
+    import json
+
+    import pandas as pd
+
+    from .rows import json_cell
+
+    took = runs[runs[BREAKDOWN + "window"].notna()]
+    index = first.set_index(keys).index
+    first[BREAKDOWN + "repeats"] = took.groupby(keys, dropna=False).size().reindex(index).fillna(0).astype(int) \
+        .to_numpy()
+    lists = [c for c in runs.columns if c.startswith(PER_RANK)]
+    scalars = [c for c in runs.columns if c.startswith(BREAKDOWN) and not c.startswith(PER_RANK)
+               and c != BREAKDOWN + "rank" and pd.api.types.is_numeric_dtype(runs[c])]
+    if not len(took):
+        return
+    first[scalars] = took[keys + scalars].groupby(keys, dropna=False)[scalars].median().reindex(index).to_numpy()
+    if PER_RANK + "window" not in lists:
+        return
+    found, where = [], []
+    for key, part in took.groupby(keys, dropna=False):
+        folded = {}
+        for column in lists:
+            cells = [json_cell(cell) for cell in part[column]]
+            cells = [cell for cell in cells if isinstance(cell, list) and cell]
+            if cells and all(len(cell) == len(cells[0]) for cell in cells):
+                folded[column] = [statistics.median(values) for values in zip(*cells)]
+        windows = folded.get(PER_RANK + "window")
+        if not windows:
+            continue
+        slowest = max(range(len(windows)), key=windows.__getitem__)
+        row = {column: json.dumps(values) for column, values in folded.items()}
+        row.update({BREAKDOWN + column[len(PER_RANK):]: values[slowest] for column, values in folded.items()})
+        found.append({**row, BREAKDOWN + "rank": slowest})
+        where.append(key)
+    if not found:
+        return
+    per = pd.DataFrame(found, index=pd.MultiIndex.from_tuples(where, names=keys)) if len(keys) > 1 else \
+        pd.DataFrame(found, index=pd.Index([k[0] if isinstance(k, tuple) else k for k in where], name=keys[0]))
+    per = per.reindex(index)
+    for column in per.columns:
+        if column in first:
+            values = per[column].to_numpy()
+            kept = first[column].astype(object) if column in lists else first[column]
+            first[column] = kept.where(pd.isna(values), values)
 
 
 def spread_summary(per_configuration, goal: float = 0.05) -> dict:

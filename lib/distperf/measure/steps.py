@@ -1,17 +1,18 @@
 """Measurement steps: memory by category and communication by kind, per rank, reduced to the most
 loaded rank.
 
-Both trackers slow a step down (a dispatch mode sees every operator, the profiler records them), so
-they run on optimizer steps of their own, after the timed steps: one memory warm-up step (it
-recognises DDP's bucket-view gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory`),
-one communication step (:class:`~distperf.measure.comm.CommTracker`) and, on CPU, one step whose time is broken
-down by class (:class:`~distperf.measure.breakdown.StepBreakdown`: the profiler alone, no dispatch mode), each one
-``trainer.step`` followed by ``trainer.finish()``. PipeDream-2BW keeps microbatches in flight from one step to the next
-(``trainer.flushes`` is False); ``finish()`` drains it, so that everything a measured step holds or
-sends is created and completed inside the measured region. Its memory step holds as many microbatches
-in flight as its steady state does, and sends the bytes of one batch; but its exposed waiting time
-then includes the fill and the drain of the pipeline, which its training steps do not have. (Measuring
-a steady-state 2BW step, with sends still in flight when the tracker's profiler stops, crashed the ranks
+Both trackers slow a step down (a dispatch mode sees every operator, the profiler records them), so they run on
+optimizer steps of their own, after the timed steps: one memory warm-up step (it recognises DDP's bucket-view
+gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory`), one communication step
+(:class:`~distperf.measure.comm.CommTracker`) and, on CPU, one step whose time is broken down by class
+(:class:`~distperf.measure.breakdown.StepBreakdown`: the profiler alone, no dispatch mode), each one
+``trainer.step`` followed by ``trainer.finish()``. A run that measures neither (a sweep's repeats after the first)
+still takes the time-breakdown step (:func:`measure_breakdown`): bytes are the same in every run, times are not.
+PipeDream-2BW keeps microbatches in flight from one step to the next (``trainer.flushes`` is False); ``finish()``
+drains it, so that everything a measured step holds or sends is created and completed inside the measured region.
+Its memory step holds as many microbatches in flight as its steady state does, and sends the bytes of one batch; but
+its exposed waiting time then includes the fill and the drain of the pipeline, which its training steps do not have.
+(Measuring a steady-state 2BW step, with sends still in flight when the tracker's profiler stops, crashed the ranks
 with heap corruption at the next garbage collection in torch 2.13 on gloo.)
 
 Reduction over ranks, as the cost model reports (:func:`distperf.cost.predict`): memory is the
@@ -51,13 +52,7 @@ def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.
                  distributed: bool) -> dict:
     """This rank's memory and communication on the measurement steps; ``next_batch(i)`` gives the
     (inputs, targets) of step ``i`` on the trainer's device. Drains the trainer at the end."""
-    counter = itertools.count(first_step)
-
-    def drained_step():
-        x, y = next_batch(next(counter))
-        trainer.step(x, y)
-        trainer.finish()
-
+    drained_step = _drained_steps(trainer, next_batch, first_step)
     # the trainer's own record of its parameters: torch's TP + DDP composition re-registers DTensor parameters as
     # plain attributes in forward, so that the model parts' parameters() miss them (and their storages, saved
     # by the linear layers, would pass for activations); 2BW's second weight version besides
@@ -75,15 +70,38 @@ def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.
                 "time_s": dict.fromkeys(KINDS, 0.0),
                 "calls": dict(zeros), "by_collective": {}, "exposed_s": {**dict.fromkeys(KINDS, 0.0), "total": 0.0},
                 "unmatched_events": 0}
-    breakdown = None
-    if trainer.device.type == "cpu":  # where the time goes (distperf.measure.breakdown), on a step of its own
-        with StepBreakdown() as tracked:  # starts at a barrier of the ranks
-            for _ in range(BREAKDOWN_STEPS):
-                drained_step()
-        breakdown = tracked.summary(BREAKDOWN_STEPS)
+    return {"memory": memory, "communication": comm, "breakdown": _breakdown_step(trainer, drained_step),
+            "pipeline_rank": _pipeline_rank(trainer)}
+
+
+def _drained_steps(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], first_step: int):
+    """A function that runs one drained optimizer step (``trainer.step``, then ``trainer.finish()``) on the next
+    batch, from step ``first_step`` on."""
+    counter = itertools.count(first_step)
+
+    def drained_step():
+        x, y = next_batch(next(counter))
+        trainer.step(x, y)
+        trainer.finish()
+
+    return drained_step
+
+
+def _breakdown_step(trainer, drained_step) -> dict | None:
+    """On CPU, where the time goes (:mod:`distperf.measure.breakdown`) on :data:`BREAKDOWN_STEPS` steps of their own;
+    None elsewhere."""
+    if trainer.device.type != "cpu":
+        return None
+    with StepBreakdown() as tracked:  # starts at a barrier of the ranks
+        for _ in range(BREAKDOWN_STEPS):
+            drained_step()
+    return tracked.summary(BREAKDOWN_STEPS)
+
+
+def _pipeline_rank(trainer) -> int:
+    """This rank's place in the pipeline (0 without one)."""
     mesh = getattr(trainer, "mesh", None)
-    pipeline_rank = mesh.get_local_rank("pp") if mesh is not None and "pp" in (mesh.mesh_dim_names or ()) else 0
-    return {"memory": memory, "communication": comm, "breakdown": breakdown, "pipeline_rank": pipeline_rank}
+    return mesh.get_local_rank("pp") if mesh is not None and "pp" in (mesh.mesh_dim_names or ()) else 0
 
 
 def combine(ranks: list[dict]) -> tuple[dict, dict]:
@@ -128,6 +146,21 @@ def combine_breakdowns(ranks: list[dict]) -> dict | None:
     keys = CLASSES + ("window",)
     return {**{k: found[slowest][k] for k in keys}, "rank": slowest,
             "per_rank": {k: [b[k] for b in found] for k in keys}}
+
+
+def measure_breakdown(trainer, next_batch, first_step: int, distributed: bool) -> dict:
+    """Only the time-breakdown step, on CPU, every rank at once: what a run that measures no memory or communication
+    (a sweep's repeats after the first) still measures, since the time a step spends per class varies from run to
+    run, unlike the bytes. Returns ``{time_breakdown_s, measured_steps}`` (:func:`combine_breakdowns`), the same on
+    every rank. Drains the trainer at the end."""
+    mine = {"breakdown": _breakdown_step(trainer, _drained_steps(trainer, next_batch, first_step))}
+    ranks = [mine]
+    if distributed:
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    steps = {**measured_steps(trainer.flushes or not distributed), "memory_warmup": 0, "memory": 0,
+             "communication": 0}
+    return {"time_breakdown_s": combine_breakdowns(ranks), "measured_steps": steps}
 
 
 def measure(trainer, next_batch, first_step: int, distributed: bool) -> dict:

@@ -203,14 +203,14 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     }
     if parameters:
         result["parameters"] = trainer.full_parameters()
-    if opts.measure:
-        from ..measure.steps import measure
+    if opts.measure or (opts.breakdown and device.type == "cpu"):
+        from ..measure.steps import measure, measure_breakdown
 
         def next_batch(step: int):
             x, y = source.batch(step, batch)
             return x.to(device), y.to(device)
 
-        result.update(measure(trainer, next_batch, opts.steps, distributed))
+        result.update((measure if opts.measure else measure_breakdown)(trainer, next_batch, opts.steps, distributed))
     if cfg.training.precision == "fp32":  # the profiled mode's compute, every rank at once (measure.parts)
         from ..measure.parts import part_times
 

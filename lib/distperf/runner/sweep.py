@@ -4,7 +4,8 @@ configuration and repeat.
 ``distperf run`` configurations run many to a launch (:mod:`distperf.runner.batch`): the configurations of one
 repeat round that share a world size, an environment and a network train one after another in the same process
 group, and each repeat round has launches of its own, so that the repeats of a configuration are independent
-processes. Only repeat 0 measures memory and communication (byte counts, the same in every run), unless the
+processes. Only repeat 0 measures memory and communication (byte counts, the same in every run; every repeat still
+breaks one step's time down by class on CPU, ``run --breakdown``), unless the
 configuration sets ``measure`` itself (``measure: true`` measures every repeat: waiting times vary). With
 ``batch=False`` (``sweep --one-per-process``), in an experiment with a ``memory_limit`` (each of its processes
 limited to that address space) and for any other command, each configuration runs as ``python -m distperf run
