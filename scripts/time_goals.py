@@ -39,8 +39,12 @@ def report(tables: dict, hw) -> str:
                             for c in ("median |error|", "largest |error|")})
     spread = tm.repeat_spread_sentence(tm.repeat_spread(tables, hw))
     time_goals = {mode: goal for mode, goal in tm.GOALS.items() if mode != "exposed communication"}
-    floor = goal_floor.floor_sentence(goal_floor.floor_table(tables, time_goals), time_goals)
+    floor = goal_floor.floor_sentence(goal_floor.floor_table(goal_floor.repeat_times(tables), time_goals), time_goals)
+    exposed_goal = {"exposed communication": tm.GOALS["exposed communication"]}
+    exposed_floor = goal_floor.floor_sentence(goal_floor.floor_table(tm.exposed_repeats(tables, exposed),
+                                                                     exposed_goal), exposed_goal)
     parts = [shown.to_string(index=False), "", f"Repeats: {spread}.", "", f"A perfect model: {floor}.", "",
+             f"A perfect model of the exposed communication: {exposed_floor}.", "",
              "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):
         kinds = exposed.assign(e=exposed.error.abs()).groupby("kind").e.agg(["count", "median", "max"])

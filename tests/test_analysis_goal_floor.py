@@ -26,11 +26,11 @@ def _table(spread: float) -> pd.DataFrame:
 
 
 def test_deviations_are_per_repeat_relative_to_the_configurations_mean_and_unshrunk():
-    found = gf.repeat_deviations({"pipeline_schedules": _table(0.1), "dp_zero": None})
+    found = gf.repeat_deviations(gf.repeat_times({"pipeline_schedules": _table(0.1), "dp_zero": None}))
     assert len(found) == 18 and set(found.repeats) == {3}  # the fit preset and the single run are left out
     assert found.deviation.to_numpy() == pytest.approx(np.tile([-0.1, 0.05, 0.05], 6) * np.sqrt(1.5))
     assert set(found.strategy) == {"one device", "pipeline (1f1b)"}
-    assert gf.repeat_deviations({"pipeline_schedules": _table(0.1).iloc[-1:]}).empty
+    assert gf.repeat_deviations(gf.repeat_times({"pipeline_schedules": _table(0.1).iloc[-1:]})).empty
 
 
 def test_a_perfect_prediction_misses_the_fold_by_the_drawn_noise():
@@ -45,7 +45,7 @@ def test_a_perfect_prediction_misses_the_fold_by_the_drawn_noise():
 
 @pytest.mark.parametrize("spread, meets", [(0.01, 1.0), (0.3, 0.0)])
 def test_the_floor_meets_the_goals_or_not_as_the_runs_repeat(spread, meets):
-    table = gf.floor_table({"pipeline_schedules": _table(spread)}, GOALS, draws=300)
+    table = gf.floor_table(gf.repeat_times({"pipeline_schedules": _table(spread)}), GOALS, draws=300)
     pooled = table[table.pool == "all"]
     assert pooled.repeats.tolist() == [3, gf.MORE_REPEATS] and set(pooled.configurations) == {6}
     assert pooled["meets profiled"].iloc[0] == meets
@@ -57,5 +57,6 @@ def test_the_floor_meets_the_goals_or_not_as_the_runs_repeat(spread, meets):
 
 
 def test_no_repeats_no_floor():
-    empty = gf.floor_table({"pipeline_schedules": _table(0.1).iloc[-1:]}, GOALS)
-    assert empty.empty and gf.floor_sentence(empty, GOALS).startswith("no held-out configuration ran twice")
+    empty = gf.floor_table(gf.repeat_times({"pipeline_schedules": _table(0.1).iloc[-1:]}), GOALS)
+    assert empty.empty
+    assert gf.floor_sentence(empty, GOALS).startswith("no held-out configuration was measured in two repeats")

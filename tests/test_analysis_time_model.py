@@ -330,6 +330,32 @@ def test_the_goals_instrument_is_the_breakdown_step_once_it_saw_the_waits():
     assert seen.error_tracked == pytest.approx(seen.predicted_s / (0.5 * iteration) - 1)
 
 
+def test_the_exposed_communication_is_measured_repeat_by_repeat_on_the_rank_that_ends_the_iteration():
+    base = row("small", 1.0, pp=2, schedule="1f1b", microbatches=4)
+    iteration = base["iteration_time_s.median"]
+    layout = Layout(pp=2, microbatches=4, schedule="1f1b", micro_batch=1)
+    last = predict(validate(Config(model=presets.model("small"), layout=layout)), HW)["slowest_stage"]
+    repeats = []
+    for i, comm in enumerate((0.2, 0.3, 0.4)):  # the rank at the ending stage communicates this share of its step
+        shares = [comm, 0.9] if last == 0 else [0.9, comm]
+        repeats.append({**base, "repeat": i, "measured_steps.breakdown_waits": True,
+                        "iteration_time_s.median": iteration * (1 + i / 10),
+                        "time_breakdown_s.window": 1.0, "time_breakdown_s.communication": max(shares),
+                        "time_breakdown_s.per_rank.communication": json.dumps(shares),
+                        "time_breakdown_s.per_rank.window": "[1.0, 1.0]",
+                        # memory, and with it each rank's stage, only in the first repeat
+                        "memory_bytes.per_rank.pipeline_rank": "[0, 1]" if i == 0 else None})
+    tables_ = {"pipeline_schedules": pd.DataFrame(repeats)}
+    exposed = tm.exposed_errors(tables_, HW)
+    assert exposed.stage.tolist() == [last] and exposed.instrument.tolist() == ["breakdown step"]
+    found = tm.exposed_repeats(tables_, exposed)
+    assert found.config_hash.tolist() == [base["config_hash"]] * 3
+    assert found.measured_s.to_numpy() == pytest.approx([0.2 * iteration, 0.3 * iteration * 1.1,
+                                                         0.4 * iteration * 1.2])
+    assert exposed.measured_s.iloc[0] == pytest.approx(0.3 * iteration * 1.1)  # the folded step: median per rank
+    assert tm.exposed_repeats(tables_, exposed.assign(instrument="communication step")).empty
+
+
 def test_the_drift_between_two_calibrations_is_told_from_the_data():
     first = pd.DataFrame({"analytical": [0.1, -0.2, 0.05], "profiled": [0.02, -0.04, 0.06]})
     again = pd.DataFrame({"analytical": [0.2, -0.3, 0.1], "profiled": [0.03, -0.05, 0.01]})

@@ -15,6 +15,10 @@ is, this module estimates by simulation, under a noise model declared before any
 - ``draws`` simulated builds give each statistic's distribution, and the share of them in which the perfect model
   meets a goal.
 
+The same simulation gives the exposed communication's floor from its measurements one repeat at a time
+(:func:`distperf.analysis.time_model.exposed_repeats`; a configuration's folded measurement takes each rank's median
+over the repeats, which the simulation stands in for by the median of the repeats' own measurements).
+
 It assumes that the repeats of a configuration are independent and that every configuration's relative noise has
 the same distribution (pooling): a configuration that is noisier than the others lends its spread to them all. The
 floor is that of a prediction that does not move with the run; the profiled mode's does, since each repeat times its
@@ -33,11 +37,9 @@ DRAWS = 2000
 MORE_REPEATS = 10  # the floor is also simulated with this many repeats per configuration, to show what more buy
 
 
-def repeat_deviations(tables: dict) -> pd.DataFrame:
-    """Per repeat of every held-out configuration (every model but :data:`STEP_FIT_MODEL`) that ran at least twice:
-    ``experiment``, ``config_hash``, ``strategy``, ``repeats`` (R), ``measured_s`` (the run's median step) and
-    ``deviation``, (x − x̄)/x̄ · √(R/(R − 1))."""
-    columns = ["experiment", "config_hash", "strategy", "repeats", "measured_s", "deviation"]
+def repeat_times(tables: dict) -> pd.DataFrame:
+    """Per repeat of every held-out configuration (every model but :data:`STEP_FIT_MODEL`): ``experiment``,
+    ``config_hash``, ``strategy`` and ``measured_s``, the run's median step."""
     runs = []
     for name, table in tables.items():
         if table is None or not len(table) or "repeat" not in table or "config_hash" not in table:
@@ -49,11 +51,17 @@ def repeat_deviations(tables: dict) -> pd.DataFrame:
         for _, r in part.iterrows():
             runs.append({"experiment": name, "config_hash": r["config_hash"], "strategy": strategy(r),
                          "measured_s": float(r[TIME])})
-    frame = pd.DataFrame(runs, columns=["experiment", "config_hash", "strategy", "measured_s"])
-    if not len(frame):
+    return pd.DataFrame(runs, columns=["experiment", "config_hash", "strategy", "measured_s"])
+
+
+def repeat_deviations(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (a row per repeat: ``experiment``, ``config_hash``, ``strategy``, ``measured_s``) of the
+    configurations that ran at least twice, with ``repeats`` (R) and ``deviation``, (x − x̄)/x̄ · √(R/(R − 1))."""
+    columns = ["experiment", "config_hash", "strategy", "repeats", "measured_s", "deviation"]
+    if not len(runs):
         return pd.DataFrame(columns=columns)
-    grouped = frame.groupby(["experiment", "config_hash"], sort=False).measured_s
-    frame["repeats"] = grouped.transform("size")
+    frame = runs.copy()
+    frame["repeats"] = frame.groupby(["experiment", "config_hash"], sort=False).measured_s.transform("size")
     frame = frame[frame.repeats >= 2].copy()
     mean = frame.groupby(["experiment", "config_hash"], sort=False).measured_s.transform("mean")
     frame["deviation"] = (frame.measured_s - mean) / mean * np.sqrt(frame.repeats / (frame.repeats - 1))
@@ -71,15 +79,16 @@ def simulate(deviations, configurations: int, repeats: int, draws: int = DRAWS, 
     return np.stack([np.median(error, axis=1), error.max(axis=1)], axis=1)
 
 
-def floor_table(tables: dict, goals: dict, draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
-    """The noise floor of the goals ``goals`` ({mode: (median goal, largest goal)}), one row per pool and number of
+def floor_table(runs: pd.DataFrame, goals: dict, draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
+    """The noise floor of the goals ``goals`` ({mode: (median goal, largest goal)}) for the measurements ``runs`` (a
+    row per repeat, as :func:`repeat_times` gives the iteration's), one row per pool and number of
     repeats: ``pool`` ("all" held-out configurations, then each strategy with two or more of them), ``configurations``,
     ``repeats`` (the build's, the most common among the pool's configurations, then :data:`MORE_REPEATS`, for "all"
     only), the median |error| of a perfect prediction (``median``: its median over the simulated builds;
     ``median_low``, ``median_high``: their 5th and 95th percentiles), the same of the largest |error|
     (``largest``, …), and per mode ``meets <mode>``: the share of simulated builds in which the perfect prediction
     met both of that mode's goals."""
-    found = repeat_deviations(tables)
+    found = repeat_deviations(runs)
     rows_ = []
     if not len(found):
         return pd.DataFrame(rows_)
@@ -102,16 +111,23 @@ def floor_table(tables: dict, goals: dict, draws: int = DRAWS, seed: int = 0) ->
 
 def floor_sentence(table: pd.DataFrame, goals: dict) -> str:
     """The pooled rows of :func:`floor_table` in words: what a perfect prediction scores and how often it meets each
-    mode's goals, at the build's repeats and at :data:`MORE_REPEATS`."""
+    goal, at the build's repeats and at :data:`MORE_REPEATS`."""
     pooled = table[table.pool == "all"] if len(table) else table
     if not len(pooled):
-        return "no held-out configuration ran twice, so the runs' own spread is unknown (a smoke build runs each once)"
+        return ("no held-out configuration was measured in two repeats or more, so the spread between runs is "
+                "unknown (a smoke build runs each once; tables from before 3 December 2026 broke a step down in one "
+                "repeat)")
     parts = []
     for _, r in pooled.iterrows():
-        meets = ", ".join(f"the {mode} mode's ({goals[mode][0]:.0%} / {goals[mode][1]:.0%}) in "
+        meets = ", ".join(f"the {_named(mode)} ({goals[mode][0]:.0%} / {goals[mode][1]:.0%}) in "
                           f"{r[f'meets {mode}']:.0%}" for mode in goals)
         parts.append(f"with {r.repeats} repeats per configuration a perfect prediction of the {r.configurations} "
                      f"held-out configurations scores a median |error| of {r['median']:.1%} (90 % of simulated builds "
                      f"{r.median_low:.1%} to {r.median_high:.1%}) and a largest of {r.largest:.0%} "
                      f"({r.largest_low:.0%} to {r.largest_high:.0%}), and meets {meets} of them")
     return "; ".join(parts)
+
+
+def _named(mode: str) -> str:
+    """A goal's name in a sentence: a mode's, or the exposed communication's."""
+    return "exposed communication's goal" if mode == "exposed communication" else f"{mode} mode's"

@@ -250,8 +250,8 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     PipeDream-2BW's communication is measured on a drained step (the pipeline fills and drains inside it, which its
     training steps do not), so its bubble there is that of the same pipeline flushed under 1F1B."""
     frame = _frame(tables)
-    columns = ["experiment", "strategy", "model", "kind", "instrument", "measured_s", "predicted_s", "tracked_s",
-               "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch"]
+    columns = ["experiment", "config_hash", "stage", "strategy", "model", "kind", "instrument", "measured_s",
+               "predicted_s", "tracked_s", "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch"]
     errors_ = ["error", "error_tracked", "error_breakdown", "error_ending"]
     if hw is None or not len(frame):
         return pd.DataFrame(columns=columns + errors_)
@@ -282,7 +282,8 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         if np.isnan(measured) or measured <= EXPOSED_SHARE * iteration:
             continue
         value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
-        out.append({"experiment": r.experiment, "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
+        out.append({"experiment": r.experiment, "config_hash": r.get("config_hash"), "stage": last,
+                    "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
                     "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
                     "predicted_s": value, "tracked_s": tracked, "breakdown_s": step,
                     "ending_s": ending if waits else np.nan, "tracked_stretch": _tracked_window(r) / iteration,
@@ -291,6 +292,35 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s", "ending_s")):
         table[error] = signed_error(table.predicted_s, table[against]) if len(table) else pd.Series(dtype=float)
     return held_out(table).reset_index(drop=True)
+
+
+def exposed_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
+    """Per repeat that broke its step down, of each configuration of ``exposed`` (:func:`exposed_errors`) that the
+    breakdown step judges: ``experiment``, ``config_hash``, ``strategy`` and ``measured_s``, the share of that repeat's
+    breakdown step which the rank ending the iteration spent communicating (:func:`_ending_share` at the table's
+    ``stage``, each rank's stage from the configuration's first repeat, which measured memory), times the repeat's own
+    iteration: the exposed communication's measurements one run at a time, for
+    :func:`distperf.analysis.goal_floor.floor_table`."""
+    out = []
+    stages = "memory_bytes.per_rank.pipeline_rank"
+    judged = exposed[exposed.instrument == "breakdown step"] if len(exposed) else exposed
+    for r in judged.itertuples():
+        table = tables.get(r.experiment)
+        if table is None or "config_hash" not in table or "time_breakdown_s.window" not in table:
+            continue
+        runs = table[(table["config_hash"] == r.config_hash) & (table["status"] == "ok")]
+        if "source" in runs:
+            runs = runs[runs["source"] == "fresh"]
+        placed = runs[stages].dropna() if stages in runs else []
+        for _, run in runs[runs["time_breakdown_s.window"].notna()].iterrows():
+            if len(placed):
+                run = run.copy()
+                run[stages] = placed.iloc[0]
+            share = _ending_share(run, r.stage)
+            if not np.isnan(share):
+                out.append({"experiment": r.experiment, "config_hash": r.config_hash, "strategy": r.strategy,
+                            "measured_s": share * float(run["iteration_time_s.median"])})
+    return pd.DataFrame(out, columns=["experiment", "config_hash", "strategy", "measured_s"])
 
 
 def goal_table(errs: pd.DataFrame, exposed: pd.DataFrame | None = None) -> pd.DataFrame:
