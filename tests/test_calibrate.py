@@ -124,3 +124,18 @@ def test_bad_calibration_input_is_one_line_and_status_2(argv, field, capsys):
     assert cli(["calibrate", "--quick", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"distperf calibrate: error: {field}:") and "\n" not in err
+
+
+def _mean_job(values):
+    import torch.distributed as dist
+
+    from distperf.measure.calibrate import mean_over_ranks
+
+    dist.init_process_group("gloo")
+    return mean_over_ranks(values[dist.get_rank()])
+
+
+def test_the_pipeline_probe_takes_the_mean_over_the_ranks_not_the_largest():
+    from dist_harness import spawn
+
+    assert spawn(_mean_job, 2, (0.001, 0.004), timeout=60) == [pytest.approx(0.0025)] * 2
