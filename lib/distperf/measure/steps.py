@@ -148,16 +148,22 @@ def combine_breakdowns(ranks: list[dict]) -> dict | None:
             "per_rank": {k: [b[k] for b in found] for k in keys}}
 
 
+def _every_rank(mine: dict, distributed: bool) -> list[dict]:
+    """Every rank's ``mine``, in rank order (gathered when distributed)."""
+    if not distributed:
+        return [mine]
+    ranks = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    return ranks
+
+
 def measure_breakdown(trainer, next_batch, first_step: int, distributed: bool) -> dict:
     """Only the time-breakdown step, on CPU, every rank at once: what a run that measures no memory or communication
     (a sweep's repeats after the first) still measures, since the time a step spends per class varies from run to
     run, unlike the bytes. Returns ``{time_breakdown_s, measured_steps}`` (:func:`combine_breakdowns`), the same on
     every rank. Drains the trainer at the end."""
-    mine = {"breakdown": _breakdown_step(trainer, _drained_steps(trainer, next_batch, first_step))}
-    ranks = [mine]
-    if distributed:
-        ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
+    ranks = _every_rank({"breakdown": _breakdown_step(trainer, _drained_steps(trainer, next_batch, first_step))},
+                        distributed)
     steps = {**measured_steps(trainer.flushes or not distributed), "memory_warmup": 0, "memory": 0,
              "communication": 0}
     return {"time_breakdown_s": combine_breakdowns(ranks), "measured_steps": steps}
@@ -166,11 +172,7 @@ def measure_breakdown(trainer, next_batch, first_step: int, distributed: bool) -
 def measure(trainer, next_batch, first_step: int, distributed: bool) -> dict:
     """Run the measurement steps on every rank (collective when distributed); return
     ``{memory_bytes, communication, measured_steps}``, the same on every rank."""
-    mine = measure_rank(trainer, next_batch, first_step, distributed)
-    ranks = [mine]
-    if distributed:
-        ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
+    ranks = _every_rank(measure_rank(trainer, next_batch, first_step, distributed), distributed)
     memory, communication = combine(ranks)
     return {"memory_bytes": memory, "communication": communication, "time_breakdown_s": combine_breakdowns(ranks),
             "measured_steps": measured_steps(trainer.flushes or not distributed)}

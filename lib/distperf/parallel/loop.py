@@ -19,7 +19,8 @@ and optimizer moments after the last step, between steps: FSDP2 (ZeRO-2 and 3) t
 shards, and PipeDream-2BW, drained, no gradient. Peaks inside a step (gathered FSDP units, 2BW's
 gradient) are for :mod:`distperf.measure.memory`: with ``opts.measure`` the run ends with the
 measurement steps of :mod:`distperf.measure.steps` (memory by category, communication by kind),
-after the timed steps and after the trained parameters are read.
+after the timed steps and after the trained parameters are read; without it, with ``opts.breakdown`` on CPU, with
+the step whose time is broken down by class alone.
 """
 from __future__ import annotations
 
