@@ -37,20 +37,25 @@ DRAWS = 2000
 MORE_REPEATS = 10  # the floor is also simulated with this many repeats per configuration, to show what more buy
 
 
-def repeat_times(tables: dict) -> pd.DataFrame:
-    """Per repeat of every held-out configuration (every model but :data:`STEP_FIT_MODEL`): ``experiment``,
-    ``config_hash``, ``strategy`` and ``measured_s``, the run's median step."""
-    runs = []
+def held_out_repeats(tables: dict):
+    """(experiment, row) of every repeat this build ran successfully (``source`` fresh where the table has it, status
+    ``ok``, an iteration time) of a held-out configuration (every model but :data:`STEP_FIT_MODEL`), in tables that
+    keep their repeats apart."""
     for name, table in tables.items():
         if table is None or not len(table) or "repeat" not in table or "config_hash" not in table:
             continue
         part = table[(table["status"] == "ok") & table[TIME].notna()]
         if "source" in part:
             part = part[part["source"] == "fresh"]
-        part = part[part["config.model.name"] != STEP_FIT_MODEL]
-        for _, r in part.iterrows():
-            runs.append({"experiment": name, "config_hash": r["config_hash"], "strategy": strategy(r),
-                         "measured_s": float(r[TIME])})
+        for _, r in part[part["config.model.name"] != STEP_FIT_MODEL].iterrows():
+            yield name, r
+
+
+def repeat_times(tables: dict) -> pd.DataFrame:
+    """Per repeat of every held-out configuration (:func:`held_out_repeats`): ``experiment``, ``config_hash``,
+    ``strategy`` and ``measured_s``, the run's median step."""
+    runs = [{"experiment": name, "config_hash": r["config_hash"], "strategy": strategy(r), "measured_s": float(r[TIME])}
+            for name, r in held_out_repeats(tables)]
     return pd.DataFrame(runs, columns=["experiment", "config_hash", "strategy", "measured_s"])
 
 

@@ -24,6 +24,7 @@ from ..cost.kernels import STEP_FIT_MODEL
 from ..measure.path_fits import PIPE_MICROBATCHES
 from ..results import signed_error
 from . import rows, verdicts
+from .goal_floor import held_out_repeats
 from .noise import strategy
 
 # label, the hardware variant: each step adds one term to the one before
@@ -123,17 +124,9 @@ def repeat_spread(tables: dict, hw) -> pd.DataFrame:
     prediction from each repeat's own parts (``profiled``, :func:`profiled_prediction`), and the standard deviation of
     that prediction's signed error against its own repeat (``profiled_error``)."""
     columns = ["experiment", "config_hash", "repeats", "measured", "profiled", "profiled_error"]
-    runs = []
-    for name, table in tables.items():
-        if table is None or not len(table) or "repeat" not in table:
-            continue
-        part = table[(table["status"] == "ok") & table["iteration_time_s.median"].notna()]
-        if "source" in part:
-            part = part[part["source"] == "fresh"]
-        part = part[part["config.model.name"] != STEP_FIT_MODEL]
-        for _, r in part.iterrows():
-            runs.append({"experiment": name, "config_hash": r["config_hash"], "measured": r["iteration_time_s.median"],
-                         "predicted": profiled_prediction(r, hw) if hw is not None else np.nan})
+    runs = [{"experiment": name, "config_hash": r["config_hash"], "measured": r["iteration_time_s.median"],
+             "predicted": profiled_prediction(r, hw) if hw is not None else np.nan}
+            for name, r in held_out_repeats(tables)]
     frame = pd.DataFrame(runs, columns=["experiment", "config_hash", "measured", "predicted"]).dropna()
     frame["error"] = signed_error(frame.predicted, frame.measured)
     out = []
