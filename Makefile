@@ -6,6 +6,8 @@
 #            FROM (fresh | reference; default fresh),
 #            LONG (measure | archive): whether a fresh build measures the long studies (LONG_STUDIES) or reads them
 #            from the archive; default archive at scale cpu (keeps `make book` under 30 minutes), else measure.
+#            REPEATS (a whole number): how many times every configuration of a timed experiment runs, in place of
+#            each notebook's own (3 at scale cpu and gpu); a build with it keeps its executed notebooks apart.
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
@@ -25,7 +27,13 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 # The smoke book and the reader's book go to folders of their own, so that `make test` never touches the real one.
 BOOK_OUT := $(if $(filter reference,$(FROM)),_build/reader,$(if $(filter smoke,$(SCALE)),_build/smoke,.))
 HTML := $(BOOK_OUT)/_build/html
-EXECUTED := _build/executed/$(SCALE)-$(DEVICE)
+REPEATS ?=
+ifneq ($(REPEATS),)
+ifneq ($(shell [[ "$(REPEATS)" =~ ^[1-9][0-9]*$$ ]] && echo ok),ok)
+$(error REPEATS must be a whole number of at least 1, got '$(REPEATS)')
+endif
+endif
+EXECUTED := _build/executed/$(SCALE)-$(DEVICE)$(if $(REPEATS),-repeats$(REPEATS))
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 RUNS := $(patsubst notebooks/%.ipynb,$(EXECUTED)/%.ipynb,$(NOTEBOOKS))
 # The long studies (distperf.results.LONG_STUDIES; a test keeps the two lists equal): a fresh build at scale cpu
@@ -48,6 +56,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export DISTPERF_SCALE := $(SCALE)
 export DISTPERF_FROM := $(FROM)
 export DISTPERF_LONG := $(LONG)
+export DISTPERF_REPEATS := $(REPEATS)
 export DISTPERF_REFERENCE := $(REFERENCE)
 export DISTPERF_BOOK_JOBS := $(JOBS)
 # Chapters write each figure as SVG and PNG (tables as CSV) here; the build publishes them as figures/.

@@ -416,6 +416,42 @@ def test_repeats_default_to_three_for_timed_runs_at_scale_cpu(tmp_path):
         assert e.value.field == "experiment r: repeats" and "1 or more" in e.value.rule
 
 
+def test_a_build_asks_its_repeats_of_every_timed_experiment(tmp_path, monkeypatch):
+    from distperf import results
+    from distperf.runner.grid import Experiment
+    from distperf.runner.sweep import REPEATS_VARIABLE, build_repeats, run_experiment
+
+    (tmp_path / "stand_in.py").write_text(STAND_IN)
+    monkeypatch.setattr(results, "fresh_dir", lambda scale: tmp_path)
+    for name, value in _env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(REPEATS_VARIABLE, raising=False)
+    spec = {"name": "rep", "command": ["{python}", "stand_in.py"], "repeats": 2, "grid": {"value": [0, 1]}}
+    run_experiment(spec, "cpu", device="cpu", progress=False)
+    assert pd.read_csv(tmp_path / "rep.csv")["repeat"].tolist() == [0, 0, 1, 1]
+    monkeypatch.setenv(REPEATS_VARIABLE, "3")  # `make data REPEATS=3`: only the third round is new
+    assert run_experiment(spec, "cpu", device="cpu", progress=False)["ok"] == 2
+    assert pd.read_csv(tmp_path / "rep.csv")["repeat"].tolist() == [0, 0, 1, 1, 2, 2]
+    assert build_repeats(Experiment.from_dict({**spec, "repeats": 1}), "cpu") is None  # run once: not timed
+    assert build_repeats(Experiment.from_dict({"name": "r", "base": {"model": "tiny"}}), "smoke") is None
+    for bad in ("0", "-1", "2.5", "three"):
+        monkeypatch.setenv(REPEATS_VARIABLE, bad)
+        with pytest.raises(ConfigError) as e:
+            build_repeats(Experiment.from_dict(spec), "cpu")
+        assert e.value.field == REPEATS_VARIABLE and "whole number" in e.value.rule
+
+
+def test_make_refuses_repeats_that_are_not_a_whole_number():
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "DISTPERF_REPEATS")}
+    for bad in ("0", "x", "2.5"):
+        proc = subprocess.run(["make", "-n", "data", f"REPEATS={bad}"], capture_output=True, text=True, cwd=ROOT,
+                              timeout=60, env=env)
+        assert proc.returncode != 0 and "REPEATS must be a whole number" in proc.stderr
+    proc = subprocess.run(["make", "-n", "data", "SCALE=smoke", "REPEATS=10"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, env=env)
+    assert proc.returncode == 0 and "_build/executed/smoke-auto-repeats10/" in proc.stdout
+
+
 # --- the table: one writer, and writes that fail -----------------------------------------------------
 
 def _items(n: int, width: int = 10):

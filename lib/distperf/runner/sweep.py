@@ -281,15 +281,33 @@ def sweep_points(name: str, points: list[dict], measure: Callable[[dict], dict],
     return run_all(name, items, out, prov["machine"], force, progress)
 
 
+REPEATS_VARIABLE = "DISTPERF_REPEATS"  # what `make data REPEATS=N` sets
+
+
+def build_repeats(exp: Experiment, scale: str) -> int | None:
+    """The repeats a build asks of every configuration of a timed experiment (``DISTPERF_REPEATS``, which ``make data
+    REPEATS=N`` sets), in place of the experiment's own; None where it is unset or where the experiment runs each
+    configuration once at ``scale`` (smoke, and what does not time). Raise ConfigError unless a whole number ≥ 1."""
+    value = os.environ.get(REPEATS_VARIABLE, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(REPEATS_VARIABLE, f"must be a whole number of at least 1, got {value!r}")
+    return int(value) if exp.repeats_at(scale) > 1 else None
+
+
 def run_experiment(spec: dict, scale: str, device: str = "auto", progress: bool = True) -> dict:
     """An experiment described as a dictionary (the keys of an experiment file, :mod:`distperf.runner.grid`, with
     ``repeats``), checked by :meth:`~distperf.runner.grid.Experiment.from_dict` and run resumably into
-    ``data/fresh/<scale>/<name>.csv``; prints the counts of :func:`sweep` and the time it took; returns the counts."""
+    ``data/fresh/<scale>/<name>.csv``, each configuration as many times as the build asks (:func:`build_repeats`),
+    else as the experiment's ``repeats`` says; prints the counts of :func:`sweep` and the time it took; returns the
+    counts."""
     from ..results import fresh_dir
 
     out = fresh_dir(scale)
     exp = Experiment.from_dict({"scale": scale, **spec}, workdir=out)
+    repeats = build_repeats(exp, scale)
     start = time.perf_counter()
-    counts = sweep(exp, out / f"{exp.name}.csv", device=device, progress=progress, scale=scale)
+    counts = sweep(exp, out / f"{exp.name}.csv", device=device, progress=progress, scale=scale, repeats=repeats)
     print(f"{exp.name}: {counts} in {time.perf_counter() - start:.0f} s")
     return counts
