@@ -56,6 +56,12 @@ def test_the_floor_meets_the_goals_or_not_as_the_runs_repeat(spread, meets):
     assert f"the profiled mode's (5% / 15%) in {meets:.0%}" in sentence
 
 
+def test_a_build_that_ran_the_larger_number_of_repeats_has_one_row_of_it():
+    rows = sum((_runs(f"c{i}", [1.0 + 0.01 * r for r in range(gf.MORE_REPEATS)]) for i in range(3)), [])
+    table = gf.floor_table(gf.repeat_times({"pipeline_schedules": pd.DataFrame(rows)}), GOALS, draws=50)
+    assert table[table.pool == "all"].repeats.tolist() == [gf.MORE_REPEATS]
+
+
 def test_no_repeats_no_floor():
     empty = gf.floor_table(gf.repeat_times({"pipeline_schedules": _table(0.1).iloc[-1:]}), GOALS)
     assert empty.empty

@@ -86,11 +86,11 @@ def simulate(deviations, configurations: int, repeats: int, draws: int = DRAWS, 
 
 def floor_table(runs: pd.DataFrame, goals: dict, draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
     """The noise floor of the goals ``goals`` ({mode: (median goal, largest goal)}) for the measurements ``runs`` (a
-    row per repeat, as :func:`repeat_times` gives the iteration's), one row per pool and number of
-    repeats: ``pool`` ("all" held-out configurations, then each strategy with two or more of them), ``configurations``,
-    ``repeats`` (the build's, the most common among the pool's configurations, then :data:`MORE_REPEATS`, for "all"
-    only), the median |error| of a perfect prediction (``median``: its median over the simulated builds;
-    ``median_low``, ``median_high``: their 5th and 95th percentiles), the same of the largest |error|
+    row per repeat, as :func:`repeat_times` gives the iteration's), one row per pool and number of repeats: ``pool``
+    ("all" held-out configurations, then each strategy with two or more of them), ``configurations``, ``repeats``
+    (the build's, the most common among the pool's configurations, then :data:`MORE_REPEATS`, for "all" only, unless
+    the build ran that many), the median |error| of a perfect prediction (``median``: its median over the simulated
+    builds; ``median_low``, ``median_high``: their 5th and 95th percentiles), the same of the largest |error|
     (``largest``, …), and per mode ``meets <mode>``: the share of simulated builds in which the perfect prediction
     met both of that mode's goals."""
     found = repeat_deviations(runs)
@@ -102,7 +102,7 @@ def floor_table(runs: pd.DataFrame, goals: dict, draws: int = DRAWS, seed: int =
     for name, part in pools:
         configurations = part.groupby(["experiment", "config_hash"]).ngroups
         measured = int(part.groupby(["experiment", "config_hash"]).repeats.first().mode().iloc[0])
-        for repeats in (measured, MORE_REPEATS) if name == "all" else (measured,):
+        for repeats in dict.fromkeys((measured, MORE_REPEATS) if name == "all" else (measured,)):
             stats = simulate(part.deviation, configurations, repeats, draws, seed)
             row = {"pool": name, "configurations": configurations, "repeats": repeats}
             for i, statistic in enumerate(("median", "largest")):
