@@ -8,7 +8,8 @@ probes and whether they settled, and both modes priced with that profile and wit
 the same calibration; the median and largest |signed error| of the analytical and profiled modes over the held-out
 configurations and of the exposed communication per kind, against the goals
 (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
-configuration; what a perfect model would score against these measurements (:mod:`distperf.analysis.goal_floor`); how
+configuration; what a perfect model would score against these measurements (:mod:`distperf.analysis.goal_floor`) and
+which misses lie outside their measured median's interval (:func:`distperf.analysis.time_model.beyond_noise`); how
 the two instruments of exposed communication compare; the exposed communication's errors per kind; each strategy's
 median signed error in both modes; and both modes' median and largest |error| in the chapter's variants that price each
 run at its own speed or contention. The chapter itself reads a default build's long studies from the archive; this reads
@@ -45,6 +46,7 @@ def report(tables: dict, hw) -> str:
                                                                      exposed_goal), exposed_goal)
     parts = [shown.to_string(index=False), "", f"Repeats: {spread}.", "", f"A perfect model: {floor}.", "",
              f"A perfect model of the exposed communication: {exposed_floor}.", "",
+             f"Misses beyond the noise: {tm.beyond_noise_sentence(tm.beyond_noise(tables, errs))}.", "",
              "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):
         kinds = exposed.assign(e=exposed.error.abs()).groupby("kind").e.agg(["count", "median", "max"])

@@ -31,6 +31,15 @@ def test_interval_is_the_t_interval_of_the_mean():
     assert one[0] == 5.0 and math.isnan(one[1]) and math.isnan(one[2])
 
 
+def test_median_interval_is_distribution_free():
+    assert repeats.median_interval(range(10)) == (1.0, 8.0)  # 1 − 2·P(Bin(10, ½) ≤ 1) = 97.9 %; k = 3: 89 %
+    assert repeats.median_interval([5.0, 0.0, 4.0, 1.0, 3.0, 2.0]) == (0.0, 5.0)  # 6 values: 96.9 % at k = 1
+    assert repeats.median_interval(range(20)) == (5.0, 14.0)
+    assert all(math.isnan(x) for x in repeats.median_interval(range(5)))  # 93.8 %: too few at 95 %
+    assert repeats.median_interval(range(5), level=0.9) == (0.0, 4.0)
+    assert all(math.isnan(x) for x in repeats.median_interval([]))
+
+
 def _row(config, repeat, median, status="ok", machine="m1", p10=None, p90=None):
     return {"experiment": "e", "config_hash": config, "repeat": repeat, "status": status, "machine": machine,
             "arg.dp": 2 if config == "b" else 1, "iteration_time_s.median": median,

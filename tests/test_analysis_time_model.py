@@ -104,6 +104,23 @@ def test_the_repeat_spread_of_the_profiled_error_is_measured_per_configuration(s
         "no held-out configuration ran twice")
 
 
+@pytest.mark.parametrize("low, inside", [(0.91, True), (1.0, False)])
+def test_a_miss_beyond_the_noise_lies_outside_its_medians_interval(low, inside):
+    ratios = [low + 0.02 * i for i in range(10)]  # the analytical prediction is the run at ratio 1
+    table = pd.DataFrame(_repeats("small", ratios, [1.0] * 10) + _repeats("small", (1.0, 1.5), (1.0, 1.0), dp=2))
+    errs = tm.errors({"regimes": table}, HW)
+    found = tm.beyond_noise({"regimes": table}, errs)
+    assert len(found) == 1 and found.repeats.iloc[0] == 10  # two repeats bound no median
+    assert (found.low_s.iloc[0], found.high_s.iloc[0]) == pytest.approx(
+        tuple(found.measured_s.iloc[0] / (low + 0.09) * (low + 0.02 * k) for k in (1, 8)))  # the 2nd and 9th of 10
+    assert bool(found["analytical inside"].iloc[0]) is inside
+    sentence = tm.beyond_noise_sentence(found)
+    assert f"the analytical prediction lies inside it in {int(inside)}" in sentence
+    assert ("outside is" in sentence.split(";")[1]) is not inside
+    assert tm.beyond_noise_sentence(tm.beyond_noise({"regimes": table.iloc[:5]}, errs)).startswith(
+        "no held-out configuration ran the six repeats")
+
+
 def test_errors_leave_out_the_fit_preset():
     errs = tm.errors(tables(), HW)
     assert STEP_FIT_MODEL not in set(errs.model) and len(errs) == 3

@@ -24,7 +24,9 @@ from ..cost.kernels import STEP_FIT_MODEL
 from ..measure.path_fits import PIPE_MICROBATCHES
 from ..results import signed_error
 from . import rows, verdicts
+from . import goal_floor
 from .goal_floor import held_out_repeats
+from .repeats import median_interval
 from .noise import strategy
 
 # label, the hardware variant: each step adds one term to the one before
@@ -96,17 +98,20 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def errors(tables: dict, hw, speed: bool = False, contention: bool = False) -> pd.DataFrame:
-    """Per held-out configuration: ``experiment``, ``strategy``, ``model``, ``measured_s``, and the signed errors of
+    """Per held-out configuration: ``experiment``, ``config_hash``, ``strategy``, ``model``, ``measured_s``, and the
+    signed errors of
     the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
     (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``); with
     ``speed``, the variant that prices each run at the speed its probes measured, with ``contention`` the one that
     prices its analytical mode with the contention its ranks measured (:mod:`distperf.measure.speed`)."""
     frame = _frame(tables)
     if hw is None or not len(frame):
-        return pd.DataFrame(columns=["experiment", "strategy", "model", "measured_s", "analytical", "profiled"])
+        return pd.DataFrame(columns=["experiment", "config_hash", "strategy", "model", "measured_s", "analytical",
+                                     "profiled"])
     predicted = rows.with_predictions(frame, hw, check=False, speed=speed, contention=contention)
     profiled = [profiled_prediction(r, hw, speed) for _, r in frame.iterrows()]
-    out = pd.DataFrame({"experiment": frame.experiment, "strategy": frame.apply(strategy, axis=1),
+    out = pd.DataFrame({"experiment": frame.experiment, "config_hash": frame.get("config_hash"),
+                        "strategy": frame.apply(strategy, axis=1),
                         "model": frame["config.model.name"], "measured_s": predicted.measured_s,
                         "analytical": signed_error(predicted.predicted_s, predicted.measured_s),
                         "profiled": signed_error(pd.Series(profiled, index=frame.index, dtype=float),
@@ -115,6 +120,53 @@ def errors(tables: dict, hw, speed: bool = False, contention: bool = False) -> p
 
 
 LAYER_TIMES = "prediction.profiled.layer_times."
+MODES = ("analytical", "profiled")
+
+
+def beyond_noise(tables: dict, errs: pd.DataFrame) -> pd.DataFrame:
+    """Per held-out configuration of ``errs`` (:func:`errors`) whose repeats bound their median (the
+    distribution-free 95 % interval of :func:`distperf.analysis.repeats.median_interval`: six repeats or more):
+    ``experiment``, ``config_hash``, ``strategy``, ``repeats``, ``measured_s``, ``low_s``, ``high_s``, each mode's
+    signed error, and ``<mode> inside``: whether that mode's prediction lies inside the interval, where the
+    measurement's own noise can account for the miss. Outside it, the miss is the model's at that confidence."""
+    columns = ["experiment", "config_hash", "strategy", "repeats", "measured_s", "low_s", "high_s", *MODES,
+               *(f"{mode} inside" for mode in MODES)]
+    bounds = []
+    for (name, key), g in goal_floor.repeat_times(tables).groupby(["experiment", "config_hash"], sort=False):
+        low, high = median_interval(g.measured_s)
+        if low == low:
+            bounds.append({"experiment": name, "config_hash": key, "repeats": len(g), "low_s": low, "high_s": high})
+    if not bounds or not len(errs):
+        return pd.DataFrame(columns=columns)
+    out = errs.merge(pd.DataFrame(bounds), on=["experiment", "config_hash"])
+    for mode in MODES:
+        predicted = out.measured_s * (1 + out[mode])
+        out[f"{mode} inside"] = (out.low_s <= predicted) & (predicted <= out.high_s)
+    return out[columns]
+
+
+def beyond_noise_sentence(table: pd.DataFrame) -> str:
+    """:func:`beyond_noise` in words: how wide the intervals are, in how many configurations each mode's prediction
+    lies inside one, and the largest |error| of those outside, against each mode's goal for its largest."""
+    if not len(table):
+        return ("no held-out configuration ran the six repeats or more that a 95 % interval of its median needs "
+                "(`make data REPEATS=10` runs ten)")
+    width = ((table.high_s - table.low_s) / table.measured_s).median()
+    least, most = table.repeats.min(), table.repeats.max()
+    repeats = f"{least}" if least == most else f"{least} to {most}"
+    parts = []
+    for mode in MODES:
+        outside = table[~table[f"{mode} inside"]]
+        part = f"the {mode} prediction lies inside it in {len(table) - len(outside)}"
+        if len(outside):
+            worst = outside.loc[outside[mode].abs().idxmax()]
+            goal = GOALS[mode][1]
+            part += (f", and the largest |error| of the {len(outside)} outside is {abs(worst[mode]):.1%} "
+                     f"({worst.strategy}, {worst.experiment}), {'within' if abs(worst[mode]) <= goal else 'beyond'} "
+                     f"the mode's {goal:.0%} goal for its largest")
+        parts.append(part)
+    return (f"over the {len(table)} held-out configurations of {repeats} repeats, the distribution-free 95 % interval "
+            f"of each measured median spans a median {width:.1%} of it; " + "; ".join(parts))
 
 
 def repeat_spread(tables: dict, hw) -> pd.DataFrame:
