@@ -267,10 +267,13 @@ def test_path_constants_from_the_probe_times():
 def test_each_pipeline_engine_costs_two_actions_per_microbatch_and_stage():
     hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
     engines = replace(hw, kernels=synthetic_costs(pp_action_s=1e-3, twobw_action_s=3e-3))
-    for schedule, action in (("1f1b", 1e-3), ("gpipe", 1e-3), ("2bw", 3e-3)):
-        cfg = small_cfg(pp=2, microbatches=4, schedule=schedule)
+    # an interleaved rank holds two stages (chunks), each with the same layers and ends as a 1F1B rank's: priced
+    # after 1F1B, its stage costs must not be 1F1B's
+    for schedule, action, chunks in (("1f1b", 1e-3, 1), ("gpipe", 1e-3, 1), ("2bw", 3e-3, 1),
+                                     ("interleaved", 1e-3, 2)):
+        cfg = small_cfg(pp=2, microbatches=4, schedule=schedule, chunks=chunks)
         gained = predict(cfg, engines)["time_s"]["compute"] - predict(cfg, hw)["time_s"]["compute"]
-        assert gained == pytest.approx(cfg.layout.microbatches * 2 * action, rel=1e-6)  # the slowest stage's
+        assert gained == pytest.approx(cfg.layout.microbatches * 2 * chunks * action, rel=1e-6)  # the slowest's
     # the stage costs are cached apart for the two engines: the same layout under 1F1B, then 2BW, then 1F1B again
     one, two = small_cfg(pp=2, microbatches=4, schedule="1f1b"), small_cfg(pp=2, microbatches=4, schedule="2bw")
     first = predict(one, engines)["time_s"]

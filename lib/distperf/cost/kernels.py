@@ -27,7 +27,7 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   per microbatch, DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter
   (``adam_dtensor_tensor_s``); and, measured on the calibration's ranks, a pipeline action's cost in torch's
   pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``): two actions per microbatch and
-  stage.
+  stage (a rank of the interleaved schedule holds v stages, its chunks).
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work

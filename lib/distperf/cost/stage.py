@@ -243,10 +243,11 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
 def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
     """Forward + backward seconds the parallel wrappers add to one microbatch on the rank: DTensor's per
     tensor-parallel layer, FSDP2's per unit (a unit per layer and the root), the pipeline engine's per action (a
-    forward and a backward on the stage)."""
+    forward and a backward on each of the rank's stages: 2·v with v chunks, each chunk a stage of its own in torch's
+    ``ScheduleInterleaved1F1B``)."""
     wrapped = 0.0
     if lay.pp > 1:
-        wrapped += 2 * (costs.twobw_action_s if lay.schedule in TWOBW_ENGINE else costs.pp_action_s)
+        wrapped += 2 * lay.chunks * (costs.twobw_action_s if lay.schedule in TWOBW_ENGINE else costs.pp_action_s)
     if lay.tp > 1:
         wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
     if lay.zero >= 2 and lay.dp > 1:
@@ -310,7 +311,8 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     states, traffic = found
     # compute reads the micro-batch, tensor parallelism and recomputation and, with measured kernels, whether ranks
     # share the machine and which parallel wrappers run (:func:`wrapper_time`)
-    wrappers = (lay.world_size > 1, lay.pp > 1, lay.schedule in TWOBW_ENGINE, zero >= 2) if hw.kernels is not None else ()
+    wrappers = (lay.world_size > 1, lay.chunks if lay.pp > 1 else 0, lay.schedule in TWOBW_ENGINE, zero >= 2) \
+        if hw.kernels is not None else ()
     key = ("compute", spec, tr.precision, hw, lay.micro_batch, lay.tp, lay.sequence_parallel, lay.recompute, span,
            times, convention == "paper", wrappers)
     work = _TERMS.get(key)
