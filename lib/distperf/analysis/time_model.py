@@ -6,6 +6,7 @@ the measurement on the configurations held out of every fit.
   :mod:`distperf.cost.kernels` switched on; :func:`ablation`: every configuration's signed error at every step;
 - :func:`held_out`: the rows a validation may use (the fit's preset, :data:`distperf.cost.kernels.STEP_FIT_MODEL`,
   left out); :func:`errors`: per configuration the analytical (every term) and profiled signed errors;
+  :func:`beyond_noise`: whether each prediction lies inside its measured median's interval over the repeats;
 - :func:`goal_table`, :data:`GOALS`: median and largest |error| per mode against the goals declared before the data;
 - :func:`by_strategy`, :func:`draw_ablation`, :func:`by_regime`: the tables and the figure;
 - :func:`predicted_classes`: the predicted iteration in the classes of the measured breakdown.
@@ -23,11 +24,10 @@ from ..cost import kernels as kn
 from ..cost.kernels import STEP_FIT_MODEL
 from ..measure.path_fits import PIPE_MICROBATCHES
 from ..results import signed_error
-from . import rows, verdicts
-from . import goal_floor
+from . import goal_floor, rows, verdicts
 from .goal_floor import held_out_repeats
-from .repeats import median_interval
 from .noise import strategy
+from .repeats import median_interval
 
 # label, the hardware variant: each step adds one term to the one before
 LADDER = (
@@ -99,8 +99,7 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
 
 def errors(tables: dict, hw, speed: bool = False, contention: bool = False) -> pd.DataFrame:
     """Per held-out configuration: ``experiment``, ``config_hash``, ``strategy``, ``model``, ``measured_s``, and the
-    signed errors of
-    the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
+    signed errors of the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
     (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``); with
     ``speed``, the variant that prices each run at the speed its probes measured, with ``contention`` the one that
     prices its analytical mode with the contention its ranks measured (:mod:`distperf.measure.speed`)."""
