@@ -59,7 +59,7 @@ def report(tables: dict, hw) -> str:
                     "with each run's contention": tm.errors(tables, hw, contention=True)}
         parts += ["", "Median / largest |error| of the chapter's variants (section \"The machine's speed\"):"]
         parts += [f"  {name}: " + "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}"
-                                            for mode in ("analytical", "profiled")) for name, e in variants.items()]
+                                            for mode in tm.MODES) for name, e in variants.items()]
     return "\n".join(parts)
 
 

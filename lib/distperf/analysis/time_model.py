@@ -681,7 +681,7 @@ def rounds_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     def priced(h) -> str:
         e = errors(tables, h)
         return "; ".join(f"{mode} {e[mode].abs().median():.1%} (largest {e[mode].abs().max():.0%})"
-                         for mode in ("analytical", "profiled"))
+                         for mode in MODES)
 
     rounds = len(((side or {}).get("conditions") or {}).get("path_rounds") or [])
     return (f"priced with the profile from all {rounds} rounds, the held-out runs' median |error| is {priced(hw)}; "
@@ -844,7 +844,7 @@ def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataF
             f"few seconds apart, differ by a median {apart} (how far the machine's speed moves within seconds, "
             "which a probe outside the timed steps cannot follow)")
     changes = []
-    for mode in ("analytical", "profiled"):
+    for mode in MODES:
         a, b = plain[mode].abs().dropna(), at_speed[mode].abs().dropna()
         if len(a) and len(b):
             changes.append(f"the {mode} mode's median |error| would go from {a.median():.1%} to {b.median():.1%} "
