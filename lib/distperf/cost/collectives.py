@@ -149,14 +149,14 @@ def bucketed_exposed_time(total_bytes: float, bucket_bytes: float, compute_time:
     if total_bytes <= 0 or n == 1:
         return 0.0
     first = min(total_bytes, bucket_bytes if first_bucket_bytes is None else first_bucket_bytes)
+    c_first = collective_time(kind, first, n, latency, bandwidth, backend)
+    rate = compute_time / total_bytes  # seconds of backward per byte of gradient
+    if first == total_bytes:  # one bucket, ready when the backward ends
+        return max(compute_time, first * rate + c_first) - compute_time
     full, last = divmod(total_bytes - first, bucket_bytes)
     full = int(full)
-
-    def _cost(size):
-        return collective_time(kind, size, n, latency, bandwidth, backend) if size else 0.0
-
-    c_first, c_full, c_last = _cost(first), _cost(bucket_bytes), _cost(last)
-    rate = compute_time / total_bytes  # seconds of backward per byte of gradient
+    c_full = collective_time(kind, bucket_bytes, n, latency, bandwidth, backend) if full else 0.0
+    c_last = collective_time(kind, last, n, latency, bandwidth, backend) if last else 0.0
     finish = compute_time + c_last  # the last bucket is ready when the backward ends
     finish = max(finish, first * rate + c_first + full * c_full + c_last)
     if full:
