@@ -299,8 +299,19 @@ def test_predict_rejects_an_invalid_configuration():
 def test_benchmark_runs(capsys):
     from distperf.cost import benchmark
 
-    assert benchmark.main(["--count", "200", "--shuffle"]) == 0
-    assert "200 configurations" in capsys.readouterr().out
+    assert benchmark.main(["--count", "200", "--shuffle", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "200 configurations" in out and "the median of 2 passes" in out
+
+
+@pytest.mark.parametrize("option", ["--count", "--repeats"])
+@pytest.mark.parametrize("value", ["0", "-3", "x"])
+def test_benchmark_refuses_a_count_or_repeats_below_one(option, value, capsys):
+    from distperf.cost import benchmark
+
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.main([option, value])
+    assert exit_.value.code == 2 and "must be a whole number of at least 1" in capsys.readouterr().err
 
 
 def test_pipedream_reduces_gradients_after_every_microbatch():

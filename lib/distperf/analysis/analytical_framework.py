@@ -10,7 +10,6 @@ Every published number is read from :mod:`distperf.published`; what the chapters
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import replace
 
 import pandas as pd
@@ -263,21 +262,19 @@ def draw_memory_by_category(memory: pd.DataFrame, capacity_gib: float = 80):
 
 # Speed ------------------------------------------------------------------------------------------------
 
-def prediction_rates(configs: list[Config], seed: int = 0) -> dict[str, float]:
-    """Configurations predicted per CPU-second: from cold caches in the given (sweep) order and shuffled with
-    ``random.Random(seed)``, then the sweep order again with every cache warm (what is left is validating each
-    configuration and building its result, a dictionary per category and two per pipeline rank). Returns {'sweep':
-    rate, 'shuffled': rate, 'warm': rate}."""
-    from ..cost import clear_caches
+def prediction_rates(configs: list[Config], seed: int = 0, repeats: int = 5) -> dict[str, list[float]]:
+    """Configurations predicted per CPU-second in ``repeats`` rounds, each timing three passes in turn (so that the
+    machine's drift falls on all three alike): from cold caches in the given (sweep) order, from cold caches
+    shuffled with ``random.Random(seed)``, then the sweep order again with every cache warm (what is left is
+    validating each configuration and building its result, a dictionary per category and two per pipeline rank).
+    Returns {'sweep': [rate per round], 'shuffled': […], 'warm': […]}."""
+    from ..cost.benchmark import rates_per_cpu_second
 
     shuffled = list(configs)
     random.Random(seed).shuffle(shuffled)
-    rates = {}
-    for order, batch in (("sweep", configs), ("shuffled", shuffled), ("warm", configs)):
-        if order != "warm":
-            clear_caches()
-        start = time.process_time()
-        for cfg in batch:
-            predict(cfg)
-        rates[order] = len(batch) / (time.process_time() - start)
+    rates = {"sweep": [], "shuffled": [], "warm": []}
+    for _ in range(repeats):
+        rates["sweep"] += rates_per_cpu_second(configs)
+        rates["shuffled"] += rates_per_cpu_second(shuffled)
+        rates["warm"] += rates_per_cpu_second(configs, cold=False)
     return rates

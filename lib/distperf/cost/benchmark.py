@@ -3,21 +3,23 @@ planner is: ``python -m distperf.cost.benchmark --planner`` (2240-layer GPT on 1
 
 Builds a grid of valid configurations (models from the presets × dp × tp × pp × schedule × microbatches
 × ZeRO stage × recomputation × precision), then times :func:`distperf.cost.predict` over the first N of
-them in grid order (as a sweep visits them) or shuffled, validation included, and prints configurations per second of CPU time (what the code costs) and
-of wall-clock time (what a busy machine gives); ``--hardware FILE`` times it on a calibrated profile, whose measured
-kernels switch on the kernel time model. A benchmark, not a test: nothing asserts on the number.
+them in grid order (as a sweep visits them) or shuffled, validation included, each pass from cold caches, and prints
+configurations per second of CPU time (what the code costs): the median of ``--repeats`` passes (5) and their range,
+since one pass on a shared machine is an anecdote; ``--hardware FILE`` times it on a calibrated profile, whose
+measured kernels switch on the kernel time model. A benchmark, not a test: nothing asserts on the number.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import random
+import statistics
 import time
 
 from ..config import Config, ConfigError, Layout, Training, validate
 from ..hardware import PRESETS
 from ..presets import MODELS
-from .predict import predict
+from .predict import clear_caches, predict
 
 GRID_MODELS = ("bert-large", "gpt2-xl", "megatron-7.5b", "megatron-145.6b", "gpt3-175b", "2bw-gpt-2.2b", "small")
 
@@ -47,7 +49,7 @@ def grid(count: int) -> list[Config]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=100_000, help="configurations to evaluate (default 10^5)")
+    parser.add_argument("--count", type=_positive, default=100_000, help="configurations to evaluate (default 10^5)")
     parser.add_argument("--shuffle", action="store_true",
                         help="evaluate in a random order (seeded), so that consecutive configurations share less "
                              "of what the cost model caches")
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--planner", action="store_true",
                         help="time the planner instead: 2bw-gpt-28.3b (2240 layers) on 1024 V100-16GB, 8 per node, "
                              "25 Gbit/s per node, global batch 2048, from cold caches (best and median of 5)")
+    parser.add_argument("--repeats", type=_positive, default=5, help="passes over the grid, each from cold caches "
+                                                                     "(default 5): the median and range are printed")
     args = parser.parse_args(argv)
     if args.planner:
         return planner_benchmark()
@@ -64,20 +68,35 @@ def main(argv: list[str] | None = None) -> int:
         random.Random(0).shuffle(configs)
     from ..hardware import hardware
 
-    hw = hardware(args.hardware)
-    wall, cpu = time.perf_counter(), time.process_time()
-    for cfg in configs:
-        predict(cfg, hw)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    n = len(configs)
-    print(f"{n:,} configurations: {n / cpu:,.0f} per CPU second ({cpu:.2f} s), "
-          f"{n / wall:,.0f} per wall-clock second ({wall:.2f} s)")
+    rates = rates_per_cpu_second(configs, hardware(args.hardware), args.repeats)
+    print(f"{len(configs):,} configurations: {statistics.median(rates):,.0f} per CPU second, the median of "
+          f"{len(rates)} passes from cold caches ({min(rates):,.0f} to {max(rates):,.0f})")
     return 0
+
+
+def rates_per_cpu_second(configs: list[Config], hw=None, repeats: int = 1, cold: bool = True) -> list[float]:
+    """Configurations predicted per CPU-second in each of ``repeats`` passes over ``configs`` in their order, each
+    from cold caches (``cold``), or with whatever the caches hold."""
+    rates = []
+    for _ in range(repeats):
+        if cold:
+            clear_caches()
+        start = time.process_time()
+        for cfg in configs:
+            predict(cfg, hw)
+        rates.append(len(configs) / (time.process_time() - start))
+    return rates
+
+
+def _positive(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
 
 
 def planner_benchmark(repeats: int = 5) -> int:
     from ..planner import candidates, plan
-    from .predict import clear_caches
 
     model = MODELS["2bw-gpt-28.3b"]
     times = []
