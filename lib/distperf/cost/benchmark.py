@@ -17,7 +17,7 @@ import statistics
 import time
 
 from ..config import Config, ConfigError, Layout, Training, validate
-from ..hardware import PRESETS
+from ..hardware import PRESETS, Hardware
 from ..presets import MODELS
 from .predict import clear_caches, predict
 
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def rates_per_cpu_second(configs: list[Config], hw=None, repeats: int = 1, cold: bool = True) -> list[float]:
+def rates_per_cpu_second(configs: list[Config], hw: Hardware | None = None, repeats: int = 1,
+                         cold: bool = True) -> list[float]:
     """Configurations predicted per CPU-second in each of ``repeats`` passes over ``configs`` in their order, each
     from cold caches (``cold``), or with whatever the caches hold."""
     rates = []
