@@ -184,9 +184,11 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             """The rank's step without waits: m microbatches, its step's exposed tail, updates, accumulation."""
             return m * rank.microbatch + rank.step_exposed + updates * rank.optimizer + (m - 1) * rank.accumulate
 
-        slowest = max(distinct, key=busy)
+        busiest = [busy(rank) for rank in distinct]
+        slowest_distinct = busiest.index(max(busiest))
+        slowest = distinct[slowest_distinct]
         finish = m * slowest.microbatch
-        last = ranks.index(slowest)
+        last = which.index(slowest_distinct)  # by index: ranks.index would compare StageCosts field by field
         if sched == "2bw" and spec.tied and p > 1 and trainer:  # the last rank waits for the first one's update
             wait = tied_update_wait(ranks)
             if busy(ranks[-1]) + wait > busy(slowest):
