@@ -184,8 +184,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             """The rank's step without waits: m microbatches, its step's exposed tail, updates, accumulation."""
             return m * rank.microbatch + rank.step_exposed + updates * rank.optimizer + (m - 1) * rank.accumulate
 
-        busiest = [busy(rank) for rank in distinct]
-        slowest_distinct = busiest.index(max(busiest))
+        busy_times = [busy(rank) for rank in distinct]
+        slowest_distinct = busy_times.index(max(busy_times))
         slowest = distinct[slowest_distinct]
         finish = m * slowest.microbatch
         last = which.index(slowest_distinct)  # by index: ranks.index would compare StageCosts field by field
