@@ -359,6 +359,24 @@ def test_a_failing_peer_makes_step_raise(tmp_path, mode):
     print(mode, outcome)
 
 
+def test_a_peer_gone_before_an_operation_is_posted_is_reported_with_the_stage(monkeypatch):
+    """gloo can fail the posting of a send or receive itself (a peer already gone: connection reset), not only the
+    wait; that error too names the stage and what it was doing."""
+    pipe = TwoBWPipeline.__new__(TwoBWPipeline)  # only what posting reads: no process group needed
+    pipe.stage_index, pipe.group, pipe.timeout, pipe._sends = 0, None, None, []
+
+    def gone(*args, **kwargs):
+        raise RuntimeError("Connection reset by peer")
+
+    monkeypatch.setattr(dist, "isend", gone)
+    monkeypatch.setattr(dist, "irecv", gone)
+    with pytest.raises(RuntimeError, match="^2BW stage 0: failed while sending to stage 1: Connection reset"):
+        pipe._isend(torch.zeros(1), 1)
+    with pytest.raises(RuntimeError, match="^2BW stage 0: failed while receiving it: Connection reset"):
+        pipe._complete("receiving it", dist.irecv, torch.zeros(1), group=None, group_src=1)
+    assert pipe._sends == []
+
+
 # ---------------------------------------------------------------- schedule generator
 CASES = [(1, 1), (1, 3), (2, 2), (2, 5), (3, 3), (4, 4), (4, 8), (8, 8), (4, 6)]
 

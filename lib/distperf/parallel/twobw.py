@@ -213,8 +213,8 @@ class TwoBWPipeline:
         grad = None
         if not self.is_last:
             grad = torch.empty(out.shape, dtype=out.dtype, device=out.device)
-            self._wait(dist.irecv(grad, group=self.group, group_src=self.stage_index + 1),
-                       f"receiving the gradient of microbatch {k} from stage {self.stage_index + 1}")
+            self._complete(f"receiving the gradient of microbatch {k} from stage {self.stage_index + 1}",
+                           dist.irecv, grad, group=self.group, group_src=self.stage_index + 1)
         # Activation checkpointing reruns a layer's forward inside this backward and reads the weights
         # from the module's attributes: point them at the version the forward used (what functional_call
         # did during the forward; torch has no public context manager for it).
@@ -251,8 +251,8 @@ class TwoBWPipeline:
             return
         local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
         flat = torch.cat([g.reshape(-1) for g in local])
-        self._wait(dist.all_reduce(flat, group=self.dp_group, async_op=True),
-                   "averaging gradients over the data-parallel group")
+        self._complete("averaging gradients over the data-parallel group",
+                       dist.all_reduce, flat, group=self.dp_group, async_op=True)
         flat /= dist.get_world_size(self.dp_group)
         offset = 0
         for g in local:
@@ -304,20 +304,24 @@ class TwoBWPipeline:
         device = self._device()
         if self._recv_meta is None:
             header = torch.empty(_MAX_DIMS + 2, dtype=torch.int64, device=device)
-            self._wait(dist.irecv(header, group=self.group, group_src=source),
-                       f"receiving the activation shape from stage {source}")
+            self._complete(f"receiving the activation shape from stage {source}",
+                           dist.irecv, header, group=self.group, group_src=source)
             values = header.tolist()
             self._recv_meta = (tuple(values[1:1 + values[0]]), _DTYPES[values[-1]])
         shape, dtype = self._recv_meta
         x = torch.empty(shape, dtype=dtype, device=device)
-        self._wait(dist.irecv(x, group=self.group, group_src=source),
-                   f"receiving the activation of microbatch {k} from stage {source}")
+        self._complete(f"receiving the activation of microbatch {k} from stage {source}",
+                       dist.irecv, x, group=self.group, group_src=source)
         return x
 
     def _isend(self, tensor: torch.Tensor, stage: int) -> None:
         # The tensor is kept alive until the send completes; sends are waited for lazily (in _run and
         # flush) because a send completes only once the peer posts the matching receive.
-        self._sends.append((dist.isend(tensor, group=self.group, group_dst=stage), tensor))
+        try:
+            work = dist.isend(tensor, group=self.group, group_dst=stage)
+        except Exception as e:  # a peer already gone fails the posting, not only the wait
+            raise self._failure(f"sending to stage {stage}", e) from e
+        self._sends.append((work, tensor))
 
     def _prune_sends(self) -> None:
         pending = []
@@ -331,8 +335,21 @@ class TwoBWPipeline:
     def _wait(self, work: dist.Work, what: str) -> None:
         try:
             work.wait(self.timeout) if self.timeout is not None else work.wait()
-        except Exception as e:  # the backend's error (peer gone, timeout) with the pipeline context added
-            raise RuntimeError(f"2BW stage {self.stage_index}: failed while {what}: {e}") from e
+        except Exception as e:
+            raise self._failure(what, e) from e
+
+    def _complete(self, what: str, post: Callable[..., dist.Work], *args, **kwargs) -> None:
+        """Post ``post(*args, **kwargs)`` and wait for it: a peer already gone fails the posting, one that leaves or
+        hangs fails the wait; either error comes with the pipeline context."""
+        try:
+            work = post(*args, **kwargs)
+        except Exception as e:
+            raise self._failure(what, e) from e
+        self._wait(work, what)
+
+    def _failure(self, what: str, e: Exception) -> RuntimeError:
+        """The backend's error (peer gone, timeout) with the pipeline context added."""
+        return RuntimeError(f"2BW stage {self.stage_index}: failed while {what}: {e}")
 
     def _device(self) -> torch.device:
         p = next(iter(self._buffers[0].values()), None)
