@@ -69,3 +69,7 @@ def test_predictions_beside_rows_use_each_rows_configuration_and_bucket():
     small, large = out.predicted_exposed_s
     assert small > large  # many tiny buckets pay the latency many times
     assert out.predicted_s.iloc[1] == pytest.approx(out.prediction.iloc[1]["time_s"]["iteration"])
+    own = rows.with_predictions(frame.assign(**{"options.bucket_mb": [0.001, 25.0]}), PRESETS["V100-16GB"])
+    assert own.predicted_exposed_s.tolist() == out.predicted_exposed_s.tolist()  # each run at the bucket it used
+    unknown = rows.with_predictions(frame, PRESETS["V100-16GB"])  # torch's default where a row has none
+    assert unknown.predicted_exposed_s.tolist() == [large, large]

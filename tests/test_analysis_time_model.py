@@ -171,6 +171,10 @@ def test_predicted_classes_add_up_to_the_iteration():
     classes = tm.predicted_classes(cfg, HW)
     assert sum(classes.values()) == pytest.approx(predict(cfg, HW)["time_s"]["iteration"])
     assert classes["framework"] >= HW.kernels.step_s
+    ddp = validate(Config(model=presets.model("small"), layout=Layout(dp=2, micro_batch=1)))
+    small = tm.predicted_classes(ddp, HW, 1024.0)  # one bucket per gradient tensor
+    assert small["communication"] == pytest.approx(predict(ddp, HW, 1024.0)["time_s"]["communication_exposed"])
+    assert small["communication"] != pytest.approx(tm.predicted_classes(ddp, HW)["communication"])
 
 
 def test_every_constant_is_listed_with_its_unit_and_microbenchmark():

@@ -17,10 +17,11 @@ from distperf import presets
 from distperf.config import Config, ConfigError, Layout, ModelSpec, Training, validate
 from distperf.cost import predict
 from distperf.cost.benchmark import GRID_MODELS
-from distperf.cost.collectives import bucketed_exposed_time, collective_time, gloo_sent_bytes
+from distperf.cost.collectives import bucketed_exposed_time, collective_time, ddp_bucket_count, gloo_sent_bytes
 from distperf.cost.model_states import fsdp_shard_elements, greedy_partition_max, zero_partition_loads
 from distperf.cost.parameters import layer_tensors
 from distperf.cost.schedules import in_flight
+from distperf.cost.stage import Span, ddp_bucket_bytes, ddp_buckets
 
 COST = Path(__file__).resolve().parents[1] / "lib" / "distperf" / "cost"
 
@@ -189,6 +190,32 @@ def test_one_bucket_exposes_the_whole_all_reduce():
     t = collective_time("all-reduce", 1e8, 8, 1e-5, 1e10)
     assert bucketed_exposed_time(1e8, 1e9, 0.5, "all-reduce", 8, 1e-5, 1e10) == pytest.approx(t)
 
+
+
+def test_ddp_bucket_count_skips_repeating_layers_exactly():
+    """Packing every tensor of every layer one by one (torch's rule: a bucket closes once it holds the cap or more)
+    gives the count that skips the layers' repeats."""
+    rng = random.Random(3)
+    for _ in range(500):
+        def tensors(most):
+            return tuple(rng.choice([4, 128, 4096, 10**5, 3 * 10**6]) for _ in range(rng.randint(0, most)))
+
+        head, layer, ends = tensors(3), tensors(12) or (4,), tensors(2)
+        layers, cap = rng.randint(0, 300), rng.choice([1, 100, 5000, 2**20, 25 * 2**20, 10**9])
+        closed, filled = 0, 0
+        for size in head + layer * layers + ends:
+            filled += size
+            if filled >= cap:
+                closed, filled = closed + 1, 0
+        assert ddp_bucket_count(head, layer, layers, ends, cap) == closed + (filled > 0)
+
+
+def test_ddp_buckets_of_a_cap_below_the_largest_tensors_are_fewer_than_total_over_cap():
+    spec = presets.MODELS["small"]
+    count, total = ddp_buckets(spec, 1, 1, Span(spec.layers, True, True), 4, 1)  # a cap of one byte
+    assert count == spec.layers * 12 + 4  # one bucket per tensor: 12 a layer, the two embeddings, ln_f's two
+    assert ddp_bucket_bytes(spec, 1, 1, Span(spec.layers, True, True), 4, 1) == total / count
+    assert ddp_bucket_bytes(spec, 1, 1, Span(spec.layers, True, True), 4, 2 * total) == 2 * total  # one bucket
 
 # Predictions: invariants over a grid -------------------------------------------------------------------
 

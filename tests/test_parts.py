@@ -111,3 +111,21 @@ def test_the_analysis_reads_the_parts_a_run_measured():
     assert profiled_prediction(pd.Series(row), hw) == pytest.approx(expected)
     del row[f"{LAYER_TIMES}ranks_at_once"]  # one process's layer times: composed the older way, a different answer
     assert profiled_prediction(pd.Series(row), hw) != pytest.approx(expected)
+
+
+def test_the_analysis_prices_a_run_at_the_bucket_it_used():
+    import pandas as pd
+
+    from distperf.analysis.time_model import LAYER_TIMES, profiled_prediction
+
+    cfg = validate(Config(model=SPEC, layout=Layout(dp=2, micro_batch=1)))
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    times = {part: pair for part, pair in _times().items() if part in ("layer", "embedding", "head")}
+    row = {f"config.{k}": v for k, v in pd.json_normalize(cfg.to_dict()).iloc[0].items()}
+    for part in ("layer", "embedding", "head"):
+        row[f"{LAYER_TIMES}{part}.forward_s"], row[f"{LAYER_TIMES}{part}.backward_s"] = times[part]
+    default = predict(cfg, hw, check=False, layer_times=times)["time_s"]["iteration"]
+    assert profiled_prediction(pd.Series(row), hw) == pytest.approx(default)
+    row["options.bucket_mb"] = 0.001
+    small = predict(cfg, hw, 0.001 * 2**20, check=False, layer_times=times)["time_s"]["iteration"]
+    assert profiled_prediction(pd.Series(row), hw) == pytest.approx(small) != pytest.approx(default)

@@ -55,7 +55,7 @@ def every_run(frame):
 def with_predictions(frame, hw):
     """``frame`` with the cost model beside each run at the run's own bucket (:func:`.rows.with_predictions`), and
     ``predicted_dp_bytes``, the data-parallel bytes one rank sends per iteration."""
-    frame = rows.with_predictions(frame, hw, bucket_mb=frame[BUCKET].astype(float))
+    frame = rows.with_predictions(frame, hw)
     frame["predicted_dp_bytes"] = [p["communication_bytes"]["data_parallel"] for p in frame.prediction]
     return frame
 

@@ -26,7 +26,7 @@ from ..cost import predict
 from ..emulation import spec as netspec
 from .pp_vs_dp import DP_LAYOUT, PP_LAYOUT, crossover, layout_names, pp_over_dp
 from .repeats import ratio_interval
-from .rows import config_of_row, global_batch, ok
+from .rows import bucket_bytes, config_of_row, global_batch, ok
 from .verdicts import share
 
 PREDICTED_RATES = np.logspace(6, 10, 161)  # 1 Mbit/s to 10 Gbit/s, for the predicted curves
@@ -203,8 +203,8 @@ def pp_vs_dp_rows(pp, hw, fits: dict):
     pp["layout"] = layout_names(pp)
     pp["samples"] = global_batch(pp)
     pp["measured"] = pp.samples / pp["iteration_time_s.median"]
-    pp["predicted"] = [r.samples / predict(config_of_row(r), link_hardware(hw, fits, r.rate, 1))["time_s"]["iteration"]
-                       for _, r in pp.iterrows()]
+    pp["predicted"] = [r.samples / predict(config_of_row(r), link_hardware(hw, fits, r.rate, 1), bucket_bytes(r))
+                       ["time_s"]["iteration"] for _, r in pp.iterrows()]
     pp["error"] = results.signed_error(pp.predicted, pp.measured)
     return pp
 
@@ -375,8 +375,8 @@ def placement_rows(place, hw, fits: dict):
     place["placement"] = np.where(place["options.mesh_order"] == "pp,dp,tp", INSIDE, ACROSS)
     place["samples"] = global_batch(place)
     place["measured"] = place.samples / place["iteration_time_s.median"]
-    place["predicted"] = [r.samples / predict(config_of_row(r), placed_hardware(hw, fits, r.rate, r.placement))
-                          ["time_s"]["iteration"] for _, r in place.iterrows()]
+    place["predicted"] = [r.samples / predict(config_of_row(r), placed_hardware(hw, fits, r.rate, r.placement),
+                                              bucket_bytes(r))["time_s"]["iteration"] for _, r in place.iterrows()]
     return place
 
 

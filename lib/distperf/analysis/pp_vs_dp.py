@@ -22,7 +22,7 @@ from .. import presets, results
 from ..config import Config, Layout, Training, validate
 from ..cost import predict
 from .repeats import ratio_interval
-from .rows import PROFILED_ITERATION, config_of_row, global_batch, ok
+from .rows import PROFILED_ITERATION, bucket_bytes, config_of_row, global_batch, ok
 from .verdicts import share
 
 PP_LAYOUT, DP_LAYOUT = "PP 2 (1F1B)", "DP 2"
@@ -86,7 +86,7 @@ def measured_runs(runs, hw):
     runs["model"] = runs["config.model.name"]
     runs["B"] = global_batch(runs)
     hardware = hw if callable(hw) else lambda _: hw
-    runs["prediction"] = [predict(config_of_row(r), hardware(r)) for _, r in runs.iterrows()]
+    runs["prediction"] = [predict(config_of_row(r), hardware(r), bucket_bytes(r)) for _, r in runs.iterrows()]
     runs["tokens"] = runs.B * runs["config.model.seq"]
     runs["measured"] = runs.tokens_per_s
     runs["predicted"] = runs.tokens / [p["time_s"]["iteration"] for p in runs.prediction]

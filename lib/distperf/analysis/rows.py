@@ -95,25 +95,34 @@ def global_batch(frame):
     return frame["config.layout.micro_batch"] * frame["config.layout.microbatches"] * frame["config.layout.dp"]
 
 
+def bucket_bytes(row) -> float:
+    """The DDP bucket a run used, in bytes: its ``options.bucket_mb`` (MiB; every run records it), torch's default
+    (25 MiB) where the row has none."""
+    from ..cost.predict import DDP_BUCKET_BYTES
+
+    mb = row.get("options.bucket_mb")
+    return DDP_BUCKET_BYTES if mb is None or mb != mb else float(mb) * 2**20
+
+
 def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = False, contention: bool = False):
     """``frame`` with the cost model beside each row: ``prediction`` (the dictionary of
     :func:`distperf.cost.predict` on ``hw`` — with ``speed``, its kernel times scaled to the speed the machine had
     during the row's run where the row and ``hw`` hold speed probes, with ``contention`` the contention ratios
     the row's ranks measured in place of the calibration's (:mod:`distperf.measure.speed`) —, with the DDP
-    bucket of ``bucket_mb`` MiB per row, a column or one number, else torch's default), ``predicted_s``,
-    ``predicted_exposed_s``, ``measured_s`` (the median step) and
+    bucket of ``bucket_mb`` MiB per row, a column or one number, else the run's own (:func:`bucket_bytes`)),
+    ``predicted_s``, ``predicted_exposed_s``, ``measured_s`` (the median step) and
     ``profiled_s`` (the run's own prediction from profiled layer times, NaN where it has none)."""
     import numpy as np
 
     from ..cost import predict
-    from ..cost.predict import DDP_BUCKET_BYTES
     from ..measure.speed import at_contention, at_speed, of_row
 
     frame = frame.copy()
     if bucket_mb is None:
-        buckets = [DDP_BUCKET_BYTES] * len(frame)
+        buckets = [bucket_bytes(r) for _, r in frame.iterrows()]
     else:
         buckets = [float(mb) * 2**20 for mb in (bucket_mb if hasattr(bucket_mb, "__len__") else [bucket_mb] * len(frame))]
+
     def priced(row):
         out = at_speed(hw, of_row(row)) if speed else hw
         return at_contention(out, of_row(row)) if contention else out

@@ -225,8 +225,8 @@ def profiled_prediction(row, hw, speed: bool = False) -> float:
     if at_once is not None and not pd.isna(at_once):  # the run's ranks measured their parts at once
         times.update(ranks_at_once=int(at_once),
                      optimizer={g: float(row[f"{LAYER_TIMES}optimizer.{g}"]) for g in ("layer_s", "first_s", "last_s")})
-    return predict(rows.config_of_row(row), at_speed(hw, of_row(row)) if speed else hw, check=False,
-                   layer_times=times)["time_s"]["iteration"]
+    return predict(rows.config_of_row(row), at_speed(hw, of_row(row)) if speed else hw, rows.bucket_bytes(row),
+                   check=False, layer_times=times)["time_s"]["iteration"]
 
 
 def _seen(value) -> bool:
@@ -317,7 +317,8 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         bubble, last = t["bubble"], p["slowest_stage"]
         if r["config.layout.schedule"] == "2bw":  # its measured step is drained: the fill and drain of a flush
             cfg = rows.config_of_row(r)
-            flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw, check=False)
+            flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw, rows.bucket_bytes(r),
+                              check=False)
             bubble, last = flushed["time_s"]["bubble"], flushed["slowest_stage"]
         step, ending = _breakdown_share(r) * iteration, _ending_share(r, last) * iteration
         window = r.get("time_breakdown_s.window")
@@ -495,16 +496,17 @@ def by_regime(errs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def predicted_classes(cfg, hw) -> dict:
-    """The predicted iteration of ``cfg`` on ``hw`` (with kernels) in the classes of the measured breakdown, for the
+def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
+    """The predicted iteration of ``cfg`` on ``hw`` (with kernels; DDP buckets of ``bucket_bytes``, else torch's
+    default) in the classes of the measured breakdown, for the
     pipeline rank with the most compute: matrix products, attention, other operators, framework (×m microbatches;
     the gradients' accumulation in other operators, the step's fixed Python in framework), optimizer, and the
     exposed communication and bubble of the prediction."""
     from ..cost import predict
-    from ..cost.predict import rank_spans
+    from ..cost.predict import DDP_BUCKET_BYTES, rank_spans
     from ..cost.stage import accumulate_time, kernel_classes
 
-    out = predict(cfg, hw, check=False)
+    out = predict(cfg, hw, bucket_bytes or DDP_BUCKET_BYTES, check=False)
     lay, m = cfg.layout, cfg.layout.microbatches
     spans = rank_spans(cfg)
     per_rank = [kernel_classes(cfg.model, lay, cfg.training, hw.kernels, span) for span in spans]

@@ -164,3 +164,45 @@ def bucketed_exposed_time(total_bytes: float, bucket_bytes: float, compute_time:
         finish = max(finish, (first + bucket_bytes) * rate + full * c_full + c_last,
                      (first + full * bucket_bytes) * rate + c_full + c_last)
     return finish - compute_time
+
+
+@lru_cache(maxsize=4096)
+def ddp_bucket_count(before: tuple[int, ...], layer: tuple[int, ...], layers: int, after: tuple[int, ...],
+                     cap: int) -> int:
+    """How many buckets torch's DDP makes of a rank's gradients, given their bytes in the order they become ready:
+    ``before`` (the head's tensors), then ``layers`` times ``layer`` (one layer's, last computed first), then
+    ``after`` (the embeddings').
+
+    After its first iteration DDP rebuilds its buckets in that order (``Reducer::rebuild_buckets`` in torch 2.13)
+    with ``compute_bucket_assignment_by_size``: each tensor joins the open bucket whole, and the bucket closes as
+    soon as it holds ``cap`` bytes or more. A tensor is never split, so a tensor of ``cap`` bytes or more fills a
+    bucket of its own and a small cap makes far fewer buckets than total/cap. The layers repeat: once a layer starts
+    with a partly filled bucket of a size seen at an earlier layer's start, the layers in between recur until the
+    end, and are counted without packing them again (a 2,240-layer stage packs a few layers)."""
+    buckets, filled = _pack(before, 0, 0, cap)
+    seen: dict[int, tuple[int, int]] = {}  # bytes in the open bucket at a layer's start -> (that layer, buckets)
+    done = 0
+    while done < layers:
+        if filled in seen:
+            start, before_count = seen.pop(filled)
+            period, per_period = done - start, buckets - before_count
+            repeats = (layers - done) // period
+            buckets, done = buckets + repeats * per_period, done + repeats * period
+            seen.clear()
+            if done == layers:
+                break
+        seen[filled] = (done, buckets)
+        buckets, filled = _pack(layer, buckets, filled, cap)
+        done += 1
+    buckets, filled = _pack(after, buckets, filled, cap)
+    return buckets + (filled > 0)
+
+
+def _pack(sizes: tuple[int, ...], buckets: int, filled: int, cap: int) -> tuple[int, int]:
+    """:func:`ddp_bucket_count`'s packing of ``sizes`` after ``buckets`` closed buckets and ``filled`` bytes in the
+    open one."""
+    for size in sizes:
+        filled += size
+        if filled >= cap:
+            buckets, filled = buckets + 1, 0
+    return buckets, filled

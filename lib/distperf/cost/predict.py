@@ -63,11 +63,11 @@ from ..hardware import DEFAULT, PRESETS, Hardware
 from . import activations as act
 from . import flops as fl
 from . import parameters as par
-from .collectives import BACKENDS, gloo_sent_bytes
+from .collectives import BACKENDS, ddp_bucket_count, gloo_sent_bytes
 from .model_states import greedy_partition_max, zero_partition_loads
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
 from .communication import binomial_sends
-from .stage import Span, StageCosts, clear_cache, stage_costs
+from .stage import Span, StageCosts, clear_cache, ddp_buckets, stage_costs
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
 KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
@@ -299,8 +299,8 @@ def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool,
 def clear_caches() -> None:
     """Forget cached per-stage costs (for benchmarks that must start cold)."""
     clear_cache()
-    for cached in (_stashes, _spans, _uniform, in_flight_per_rank, _model_totals, greedy_partition_max, zero_partition_loads, gloo_sent_bytes,
-                   binomial_sends):
+    for cached in (_stashes, _spans, _uniform, in_flight_per_rank, _model_totals, greedy_partition_max,
+                   zero_partition_loads, gloo_sent_bytes, binomial_sends, ddp_buckets, ddp_bucket_count):
         cached.cache_clear()
 
 

@@ -34,6 +34,7 @@ the book's chapter "The analytical framework" derives each term.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -43,6 +44,7 @@ from . import activations as act
 from . import flops as fl
 from . import kernels as kn
 from . import parameters as par
+from .collectives import ddp_bucket_count
 from .communication import Traffic, data_parallel, data_parallel_traffic, pipeline, tensor_parallel
 from .model_states import fsdp_shard_elements, greedy_partition_max, state_bytes, zero_partition_loads
 
@@ -328,6 +330,8 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     pp = _TERMS.get(key)
     if pp is None:
         pp = _TERMS[key] = pipeline(spec, lay, tr, hw, span, convention, backend)
+    if convention == "trainer" and lay.dp > 1 and zero < 2:  # DDP packs whole tensors into its buckets
+        bucket_bytes = ddp_bucket_bytes(spec, lay.tp, lay.pp, span, state_bytes(tr, convention)[1], bucket_bytes)
     dp = data_parallel(spec, lay, tr, hw, states, work, bucket_bytes, convention, backend, traffic)
     if hw.kernels is None:
         optimizer, accumulate = optimizer_time(hw, states, state_bytes(tr, convention)), 0.0
@@ -436,6 +440,34 @@ def clear_cache() -> None:
     _CACHE.clear()
     _STATES.clear()
     _TERMS.clear()
+
+
+@lru_cache(maxsize=4096)
+def ddp_buckets(spec: ModelSpec, t: int, p: int, span: Span, grad: int, cap: int) -> tuple[int, int]:
+    """(buckets, bytes) of the rank's gradients under DDP with ``bucket_cap_mb`` = ``cap`` bytes: whole tensors packed
+    in the order their gradients become ready (:func:`~distperf.cost.collectives.ddp_bucket_count`): the head's (on
+    the last rank; its own matrix where :func:`~distperf.cost.parameters.head_parameters` counts one), the layers' from
+    the last (each from its output projection back to its first LayerNorm), the positions' and the token embedding's
+    (on the first rank; tied, the head's matrix is this one, whose gradient is complete last). ``grad``: bytes per
+    gradient element. ``tests/test_parallel_data.py`` counts torch's own buckets."""
+    h, vocab = spec.hidden, spec.vocab
+    head = ((vocab * h,) if par.head_parameters(h, vocab, spec.tied, p) > 2 * h else ()) + (h, h) if span.last else ()
+    ends = (spec.seq * h, vocab * h) if span.first else ()
+    head, ends = tuple(grad * x for x in head), tuple(grad * x for x in ends)
+    layer = tuple(grad * numel for _, numel in reversed(par.layer_tensors(h, spec.ffn, t)))
+    return (ddp_bucket_count(head, layer, span.layers, ends, cap),
+            sum(head) + span.layers * sum(layer) + sum(ends))
+
+
+def ddp_bucket_bytes(spec: ModelSpec, t: int, p: int, span: Span, grad: int, cap: float) -> float:
+    """The bucket size that makes the equal buckets of :func:`distperf.cost.collectives.bucketed_exposed_time` as many
+    as DDP makes of the rank's gradients (:func:`ddp_buckets`): max(cap, total / count). A cap below the largest
+    tensors makes far fewer, larger buckets than total/cap: the `small` model of 32 layers of width 256 has 129 at
+    0.1 MiB, where 97 MiB / 0.1 MiB would be 967. The buckets' count is DDP's and their bytes sum to the gradients';
+    their sizes, which differ in DDP (a layer's two large matrices apart, its small tensors with the next large one),
+    are taken equal."""
+    count, total = ddp_buckets(spec, t, p, span, grad, int(cap))
+    return max(cap, total / count) if count else cap
 
 
 def _rank_tensors(spec: ModelSpec, t: int, span: Span, head_matrix: bool) -> tuple:
