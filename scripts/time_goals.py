@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     side = read_sidecar(profile)
     print("Calibration's noisy probes: " + tm.rounds_sentence(side) + ".")
     print("The two rules: " + tm.rounds_rule_sentence(tables, hw, side) + ".")
+    print("The two overlap probes: " + tm.overlap_rule_sentence(tables, hw, side) + ".")
     with pd.option_context("display.width", 200):
         print(report(tables, hw))
     return 0

@@ -501,3 +501,17 @@ def test_the_rounds_rule_sentence_prices_both_rules_on_the_same_calibration():
     e = tm.errors(tables(), first)
     assert f"analytical {e.analytical.abs().median():.1%} (largest {e.analytical.abs().max():.0%})" in earlier
     assert "no rounds" in tm.rounds_rule_sentence(tables(), HW, {"conditions": {}})
+
+
+def test_the_overlap_rule_sentence_prices_both_probes_of_the_same_calibration():
+    from dataclasses import replace as changed
+
+    hw = changed(HW, kernels=changed(HW.kernels, overlap=0.0))
+    side = {"conditions": {"overlap_rounds": [{"overlap": 0.0, "overlap_1mib": x} for x in (0.9, 1.0, 0.6)]}}
+    text = tm.overlap_rule_sentence(tables(), hw, side)
+    assert "(0.00, the median of 3 rounds)" in text and "1 MiB probe's (0.90)" in text
+    now, then = text.split("; with the 1 MiB probe's")
+    assert "the 1 data-parallel runs' median signed error" in now
+    e = tm.errors(tables(), changed(hw, kernels=changed(hw.kernels, overlap=0.9)))
+    assert f"profiled {e.profiled.abs().median():.1%} (largest {e.profiled.abs().max():.0%})" in then
+    assert "predates" in tm.overlap_rule_sentence(tables(), hw, {"conditions": {}})

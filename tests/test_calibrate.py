@@ -65,6 +65,9 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     rounds = side["conditions"]["rounds"]  # a quick calibration runs one round of the noisy probes
     assert rounds["rounds"] == 1 and len(side["conditions"]["issued_rounds"]) == 1 and not rounds["settled"]
     assert side["conditions"]["issued"] == side["conditions"]["issued_rounds"][0]
+    overlap, = side["conditions"]["overlap_rounds"]  # DDP's default bucket, with the 1 MiB rule's beside it
+    assert overlap["bucket_bytes"] == 25 * 2**20 and overlap["collective_s"] > 0 and overlap["burst_s"] > 0
+    assert 0 <= overlap["overlap_1mib"] <= 1 and hw.kernels.overlap == overlap["overlap"]
     paths = side["conditions"]["paths"]  # the tiny preset's tensor-parallel steps, which the path constants fit
     assert all(paths[f"{p}_b{b}_step_s"] > 0 for p in ("tp", "tp_sp") for b in (1, 2, 4))
     assert 0 <= side["background_cpu_share"] <= 1  # the machine's share other processes used meanwhile

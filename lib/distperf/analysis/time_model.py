@@ -568,7 +568,8 @@ def constants_table(hw) -> pd.DataFrame:
         ("contention_compute", f"{k.contention_compute:.3g}", "× (all ranks at once / one alone)",
          "a 192×192 matrix product, the same"),
         ("overlap", f"{k.overlap:.3g}", "share of the shorter hidden",
-         "an asynchronous 1 MiB all-reduce issued before a burst of matrix products, waited after"),
+         "an asynchronous all-reduce of DDP's default bucket (25 MiB) issued before a burst of matrix products about "
+         "as long as it, waited after; the rounds' median"),
         ("fsdp_overlap", f"{k.fsdp_overlap:.3g}",
          "share of FSDP2's collectives hidden (below 0: they cost 1 − this times their α-β time)",
          "4 Blocks (h 256, s 64) under FSDP2 on every rank less plain and the one-rank wrappers, over the "
@@ -688,6 +689,37 @@ def rounds_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     rounds = len(((side or {}).get("conditions") or {}).get("path_rounds") or [])
     return (f"priced with the profile from all {rounds} rounds, the held-out runs' median |error| is {priced(hw)}; "
             f"with the profile the earlier rule gives from the same calibration's first rounds, {priced(earlier)}")
+
+
+DDP_STRATEGIES = ("data parallel", "ZeRO-1")  # the strategies whose buckets the overlap hides (DDP's all-reduce)
+
+
+def overlap_rule_sentence(tables: dict, hw, side: dict | None) -> str:
+    """The held-out runs priced with the calibration's overlap (DDP's default bucket, from 4 December 2026) and with
+    its 1 MiB probe's (the earlier rule, measured in the same rounds: the sidecar's ``conditions.overlap_rounds``):
+    both modes' median and largest |error|, and the median signed error of the runs whose DDP buckets the overlap
+    hides (:data:`DDP_STRATEGIES`), in words. The rule declared before the first build with it: the change is an
+    improvement where those runs' median profiled signed error lies nearer zero with the calibrated overlap."""
+    rounds = ((side or {}).get("conditions") or {}).get("overlap_rounds") or []
+    if not rounds or hw is None or hw.kernels is None:
+        return "this calibration predates the probe of DDP's default bucket, and has no overlap to compare"
+    earlier = float(np.median([r["overlap_1mib"] for r in rounds]))
+
+    def priced(h):
+        e = errors(tables, h)
+        ddp = e[e.strategy.isin(DDP_STRATEGIES)]
+        modes = "; ".join(f"{mode} {e[mode].abs().median():.1%} (largest {e[mode].abs().max():.0%})" for mode in MODES)
+        signed = (f", the {len(ddp)} data-parallel runs' median signed error {ddp.analytical.median():+.1%} "
+                  f"(analytical), {ddp.profiled.median():+.1%} (profiled)") if len(ddp) else ""
+        return modes + signed, (abs(ddp.profiled.median()) if len(ddp) else np.nan)
+
+    now, now_ddp = priced(hw)
+    then, then_ddp = priced(replace(hw, kernels=replace(hw.kernels, overlap=earlier)))
+    verdict = ("nearer zero with the bucket's overlap" if now_ddp < then_ddp else
+               "no nearer zero with the bucket's overlap" if now_ddp >= then_ddp else "not comparable (no such run)")
+    return (f"with the overlap of DDP's default bucket ({hw.kernels.overlap:.2f}, the median of {len(rounds)} rounds), "
+            f"the held-out runs' median |error| is {now}; with the 1 MiB probe's ({earlier:.2f}), {then}: the "
+            f"data-parallel runs' profiled error is {verdict}")
 
 
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:

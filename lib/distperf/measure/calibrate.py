@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import DDP_BUCKET_MB
 from .alpha_beta import fit_collectives, fit_issued
 from .path_fits import (PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, STEP_FIT_MODEL, TP_FIT_BATCHES,
                         tensor_parallel_fits, with_path_constants)
@@ -373,24 +374,55 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
                     rows.append({"collective": collective, "ranks": world, "bytes": numel * 4, "seconds": seconds})
         return rows
 
-    # overlap: an asynchronous all-reduce of 1 MiB (a DDP bucket's order) issued before a burst of compute, waited after
+    # overlap, the rule until 4 December 2026, kept for comparison (the sidecar's overlap_rounds): an asynchronous
+    # all-reduce of 1 MiB issued before the 4 matrix products of compute(), waited after
     base = per_iteration(lambda: None)
-    buf = torch.ones(1 << 18)
-    alone = max(per_iteration(lambda: dist.all_reduce(buf)) - base, 1e-9)
+    small = torch.ones(1 << 18)
+    alone = max(per_iteration(lambda: dist.all_reduce(small)) - base, 1e-9)
 
     def overlapped():
-        work = dist.all_reduce(buf, async_op=True)
+        work = dist.all_reduce(small, async_op=True)
         compute()
         work.wait()
 
-    times = []
-    dist.barrier()
-    for _ in range(reps + 2):
-        start = time.perf_counter()
-        overlapped()
-        times.append(time.perf_counter() - start)
-    hidden = (base + alone - statistics.median(times[2:])) / min(base, alone)
-    overlap = slowest(-min(max(hidden, 0.0), 1.0), device)  # the least any rank hides
+    def hidden_share(both, burst: float, collective: float) -> float:
+        """(burst + collective − both) / min(burst, collective), in [0, 1], the least of any rank."""
+        together = timed(both)
+        return -slowest(-min(max((burst + collective - together) / min(burst, collective), 0.0), 1.0), device)
+
+    def timed(op) -> float:
+        times = []
+        dist.barrier()
+        for _ in range(reps + 2):
+            start = time.perf_counter()
+            op()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[2:])
+
+    bucket = torch.ones(DDP_BUCKET_MB * 2**20 // 4)
+    product = max(base / 4, 1e-9)  # one of compute()'s matrix products
+
+    def overlap_round() -> dict:
+        """The share hidden of DDP's default bucket, all-reduced asynchronously before a burst of matrix products
+        about as long as that all-reduce alone (so that either could hide the other whole); and the 1 MiB rule's."""
+        collective = max(timed(lambda: dist.all_reduce(bucket)), 1e-9)
+        count = max(1, round(collective / product))
+
+        def products():
+            for _ in range(count):
+                torch.mm(a, a)
+
+        def both():
+            work = dist.all_reduce(bucket, async_op=True)
+            products()
+            work.wait()
+
+        burst = timed(products)
+
+        return {"bucket_bytes": bucket.numel() * 4, "collective_s": collective, "burst_s": burst,
+                "overlap": hidden_share(both, burst, collective),
+                "overlap_1mib": hidden_share(overlapped, base, alone)}
+
     # rounds of the noisy probes until the constants taken from their medians settle (distperf.measure.rounds);
     # rank 0 decides, every rank follows (their collectives pair up)
     least, most = (ROUNDS_MIN, ROUNDS_MAX) if reps >= PATH_ROUNDS_FROM_REPS else (1, 1)
@@ -399,8 +431,10 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
     ratios = [contention_round(0.2, device) for _ in range(CONTENTION_ROUNDS if least > 1 else 1)]
     issued_rounds, rounds, moved = [], [], {}
     began = time.monotonic()
+    overlap_rounds = []
     while True:
         issued_rounds.append(issued())
+        overlap_rounds.append(overlap_round())
         rounds.append({name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()})
         go = [None]
         if rank == 0:
@@ -409,7 +443,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
         dist.broadcast_object_list(go, src=0)
         if not go[0]:
             break
-    contention = {"overlap": -overlap}
+    contention = {"overlap": statistics.median(r["overlap"] for r in overlap_rounds)}
     paths = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
     dist.barrier()
     if rank == 0:
@@ -420,7 +454,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
         with open(out, "w") as f:
             json.dump({"issued": median_rows(issued_rounds), "issued_rounds": issued_rounds, "contention": contention,
                        "compute_between_s": base, "paths": paths, "path_rounds": rounds, "contention_rounds": ratios,
-                       "rounds": record, "placement": placement}, f)
+                       "overlap_rounds": overlap_rounds, "rounds": record, "placement": placement}, f)
     dist.destroy_process_group()
 
 
@@ -614,9 +648,11 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     operators — the time it adds to the burst, no barrier before it, the slowest rank's
     median ([{collective, ranks, bytes, seconds}], as :func:`collective_times`); ``contention``, the time of a
     memory-bound copy (32 MiB) and of a 192×192 matrix product with every rank running it at once over the time on
-    one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous 1 MiB
-    all-reduce and the burst of compute it was issued before that ran at once, (burst + all-reduce − both) /
-    min(burst, all-reduce), in [0, 1], the least of any rank; ``paths``, the parallel paths' times
+    one rank alone ({memory, compute}, ≥ 1), and ``overlap``: the share of the shorter of an asynchronous all-reduce
+    of DDP's default bucket (25 MiB) and the burst of matrix products it was issued before, about as long as it, that
+    ran at once, (burst + all-reduce − both) / min(burst, all-reduce), in [0, 1], the least of any rank, the median
+    of the rounds (``overlap_rounds``: each round's, with ``overlap_1mib``, the same of a 1 MiB all-reduce before
+    four products, the rule until 4 December 2026); ``paths``, the parallel paths' times
     (:func:`parallel_paths`). With ``reps`` ≥ 10 the contention is measured :data:`CONTENTION_ROUNDS` times
     (``contention_rounds``; the profile takes the least: the comment at :data:`PATH_ROUNDS_FROM_REPS` says why), and
     the issued collectives and the paths in rounds until the constants taken from them settle
