@@ -703,7 +703,7 @@ def overlap_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     rounds = ((side or {}).get("conditions") or {}).get("overlap_rounds") or []
     if not rounds or hw is None or hw.kernels is None:
         return "this calibration predates the probe of DDP's default bucket, and has no overlap to compare"
-    earlier = float(np.median([r["overlap_1mib"] for r in rounds]))
+    earlier = float(np.median([r["overlap_1mib"] for r in rounds])) + 0.0  # never −0
 
     def priced(h):
         e = errors(tables, h)
@@ -717,9 +717,9 @@ def overlap_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     then, then_ddp = priced(replace(hw, kernels=replace(hw.kernels, overlap=earlier)))
     verdict = ("nearer zero with the bucket's overlap" if now_ddp < then_ddp else
                "no nearer zero with the bucket's overlap" if now_ddp >= then_ddp else "not comparable (no such run)")
-    return (f"with the overlap of DDP's default bucket ({hw.kernels.overlap:.2f}, the median of {len(rounds)} rounds), "
-            f"the held-out runs' median |error| is {now}; with the 1 MiB probe's ({earlier:.2f}), {then}: the "
-            f"data-parallel runs' profiled error is {verdict}")
+    return (f"with the overlap of DDP's default bucket ({hw.kernels.overlap + 0.0:.2f}, the median of {len(rounds)} "
+            f"rounds), the held-out runs' median |error| is {now}; with the 1 MiB probe's ({earlier:.2f}), {then}: "
+            f"the data-parallel runs' profiled error is {verdict}")
 
 
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:

@@ -339,15 +339,18 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
         for _ in range(4):
             torch.mm(a, a)
 
-    def per_iteration(op) -> float:
+    def timed(op) -> float:
+        """The median time of ``op`` over ``reps`` calls after two of warm-up, from a barrier."""
         times = []
         dist.barrier()
         for _ in range(reps + 2):
             start = time.perf_counter()
-            compute()
             op()
             times.append(time.perf_counter() - start)
         return statistics.median(times[2:])
+
+    def per_iteration(op) -> float:
+        return timed(lambda: (compute(), op()))
 
     def issued() -> list[dict]:  # rank 0's rows; the burst's own time measured again, just before
         base = per_iteration(lambda: None)
@@ -388,16 +391,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
     def hidden_share(both, burst: float, collective: float) -> float:
         """(burst + collective − both) / min(burst, collective), in [0, 1], the least of any rank."""
         together = timed(both)
-        return -slowest(-min(max((burst + collective - together) / min(burst, collective), 0.0), 1.0), device)
-
-    def timed(op) -> float:
-        times = []
-        dist.barrier()
-        for _ in range(reps + 2):
-            start = time.perf_counter()
-            op()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times[2:])
+        return 0.0 - slowest(-min(max((burst + collective - together) / min(burst, collective), 0.0), 1.0), device)
 
     bucket = torch.ones(DDP_BUCKET_MB * 2**20 // 4)
     product = max(base / 4, 1e-9)  # one of compute()'s matrix products
