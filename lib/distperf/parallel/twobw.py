@@ -317,11 +317,8 @@ class TwoBWPipeline:
     def _isend(self, tensor: torch.Tensor, stage: int) -> None:
         # The tensor is kept alive until the send completes; sends are waited for lazily (in _run and
         # flush) because a send completes only once the peer posts the matching receive.
-        try:
-            work = dist.isend(tensor, group=self.group, group_dst=stage)
-        except Exception as e:  # a peer already gone fails the posting, not only the wait
-            raise self._failure(f"sending to stage {stage}", e) from e
-        self._sends.append((work, tensor))
+        self._sends.append((self._post(f"sending to stage {stage}", dist.isend, tensor, group=self.group,
+                                       group_dst=stage), tensor))
 
     def _prune_sends(self) -> None:
         pending = []
@@ -341,11 +338,15 @@ class TwoBWPipeline:
     def _complete(self, what: str, post: Callable[..., dist.Work], *args, **kwargs) -> None:
         """Post ``post(*args, **kwargs)`` and wait for it: a peer already gone fails the posting, one that leaves or
         hangs fails the wait; either error comes with the pipeline context."""
+        self._wait(self._post(what, post, *args, **kwargs), what)
+
+    def _post(self, what: str, post: Callable[..., dist.Work], *args, **kwargs) -> dist.Work:
+        """``post(*args, **kwargs)``, the operation posted: a peer already gone fails the posting, not only the wait;
+        the error comes with the pipeline context."""
         try:
-            work = post(*args, **kwargs)
+            return post(*args, **kwargs)
         except Exception as e:
             raise self._failure(what, e) from e
-        self._wait(work, what)
 
     def _failure(self, what: str, e: Exception) -> RuntimeError:
         """The backend's error (peer gone, timeout) with the pipeline context added."""
