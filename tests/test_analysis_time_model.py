@@ -515,3 +515,18 @@ def test_the_overlap_rule_sentence_prices_both_probes_of_the_same_calibration():
     e = tm.errors(tables(), changed(hw, kernels=changed(hw.kernels, overlap=0.9)))
     assert f"profiled {e.profiled.abs().median():.1%} (largest {e.profiled.abs().max():.0%})" in then
     assert "predates" in tm.overlap_rule_sentence(tables(), hw, {"conditions": {}})
+
+
+def test_the_tensor_parallel_path_rounds_reprice_the_runs_they_touch():
+    spread = pd.DataFrame([("tp_collective_s", "µs", 3, 100.0, 500.0, 5000.0, 500.0)],
+                          columns=["constant", "unit", "rounds", "min", "median", "max", "profile"])
+    text = tm.tp_path_sensitivity(tables(), HW, spread)
+    low = tm.errors(tables(), replace(HW, kernels=replace(HW.kernels, tp_collective_s=1e-4))).profiled
+    high = tm.errors(tables(), replace(HW, kernels=replace(HW.kernels, tp_collective_s=5e-3))).profiled
+    moved = (high - low).abs() > 1e-9
+    assert moved.sum() == 1 and high[moved].iloc[0] > low[moved].iloc[0]  # only the tp=2 run pays the constant
+    assert "tp_collective_s 100 to 5000 µs" in text and "the 1 tensor-parallel run's profiled" in text
+    assert f"from {low[moved].iloc[0]:+.1%} to {high[moved].iloc[0]:+.1%}" in text
+    assert tm.tp_path_sensitivity(tables(), HW, spread.iloc[:0]).startswith("the calibration kept no rounds")
+    dp_only = {"regimes": tables()["regimes"].iloc[:2]}
+    assert tm.tp_path_sensitivity(dp_only, HW, spread) == "no held-out run used tensor parallelism"
