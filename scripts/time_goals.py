@@ -5,7 +5,8 @@
 Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, or the archive with
 ``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy
 probes and whether they settled, and both modes priced with that profile and with the one the earlier rule gives from
-the same calibration; how far the rounds of the tensor-parallel path constants move those runs' profiled errors; the
+the same calibration; the runs that recompute with and without the checkpoint's constants; how far the rounds of the
+tensor-parallel path constants move those runs' profiled errors; the
 median and largest |signed error| of the analytical and profiled modes over the held-out configurations and of the
 exposed communication per kind, against the goals (:func:`distperf.analysis.time_model.goal_table`); how far the
 profiled mode's error moves between the repeats of a configuration; what a perfect model would score against these
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print("Calibration's noisy probes: " + tm.rounds_sentence(side) + ".")
     print("The two rules: " + tm.rounds_rule_sentence(tables, hw, side) + ".")
     print("The two overlap probes: " + tm.overlap_rule_sentence(tables, hw, side) + ".")
+    print("Recomputation's checkpoint: " + tm.recompute_rule_sentence(tables, hw) + ".")
     print("The tensor-parallel path constants' rounds: "
           + tm.tp_path_sensitivity(tables, hw, tm.path_rounds(side, hw)) + ".")
     with pd.option_context("display.width", 200):

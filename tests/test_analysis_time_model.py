@@ -530,3 +530,27 @@ def test_the_tensor_parallel_path_rounds_reprice_the_runs_they_touch():
     assert tm.tp_path_sensitivity(tables(), HW, spread.iloc[:0]).startswith("the calibration kept no rounds")
     dp_only = {"regimes": tables()["regimes"].iloc[:2]}
     assert tm.tp_path_sensitivity(dp_only, HW, spread) == "no held-out run used tensor parallelism"
+
+
+def test_recomputation_is_paired_with_its_twin_and_its_constants_judged_by_the_declared_rule():
+    from dataclasses import replace as changed
+
+    # measured as the model with the checkpoint at 3 ms per layer would price it: the constants bring the runs that
+    # recompute nearer zero in both modes; a twin without recomputation pairs with each
+    costly = changed(HW, kernels=changed(HW.kernels, recompute_layer_s=3e-3))
+    plain, full = row("small", 1.0, 1.0), row("small", 1.0, 1.0, recompute="full")
+    measured_with = predict(validate(Config(model=presets.model("small"), layout=Layout(micro_batch=1,
+                                                                                       recompute="full"))), costly)
+    full["iteration_time_s.median"] = measured_with["time_s"]["iteration"]
+    found = {"planner": pd.DataFrame([plain, full])}
+    pairs = tm.recompute_pairs(found, costly)
+    assert list(pairs.recompute) == ["full"] and len(pairs) == 1
+    assert pairs.measured[0] == pytest.approx(pairs.analytical[0], rel=1e-6)  # priced as measured
+    text = tm.recompute_rule_sentence(found, costly)
+    assert "over the 1 held-out configurations with recomputation" in text and "The constants stand" in text
+    # measured as the model without the constants prices it: they move the runs away from zero
+    full["iteration_time_s.median"] = predict(validate(Config(model=presets.model("small"), layout=Layout(
+        micro_batch=1, recompute="full"))), HW)["time_s"]["iteration"]
+    assert "do not stand" in tm.recompute_rule_sentence({"planner": pd.DataFrame([plain, full])}, costly)
+    assert "predates the recomputation probe" in tm.recompute_rule_sentence(found, HW)
+    assert tm.recompute_rule_sentence({"planner": pd.DataFrame([plain])}, costly) == "no held-out run recomputed"

@@ -103,6 +103,7 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     # machine, but the largest is well above it
     assert all(r[1] > 0 and r[2] >= 0 for r in k.linear_fp32) and k.linear_fp32[-1][2] > 0
     assert k.tp_layer_s > 0 and k.fsdp_unit_s > 0 and k.module_call_s > 0
+    assert k.recompute_layer_s > 0 and k.tp_recompute_layer_s > 0  # checkpoint's hooks and the repeated dispatch
     assert k.step_s == side["step_fit"]["step_s"]
     assert {r["model"] for r in side["step_fit"]["rows"]} == {"tiny"}
     # the speed probe around the kernel tables, against which each run's probe scales them

@@ -117,6 +117,25 @@ def test_predict_prices_compute_by_kernels_when_the_profile_has_them():
     assert gained == pytest.approx(z3.layout.microbatches * (z3.model.layers + 1) * 1e-3, rel=1e-6)
 
 
+@pytest.mark.parametrize("tp, sp, recompute, constant", [
+    (1, False, "full", "recompute_layer_s"), (1, False, "selective", "recompute_core_s"),
+    (2, False, "full", "tp_recompute_layer_s"), (2, False, "selective", "tp_recompute_core_s"),
+    (2, True, "full", "tp_sp_recompute_layer_s"), (2, True, "selective", "tp_sp_recompute_core_s")])
+def test_recomputation_costs_its_own_constant_per_recomputed_layer_and_no_other(tp, sp, recompute, constant):
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    cfg = small_cfg(tp=tp, sequence_parallel=sp, recompute=recompute)
+    base = predict(cfg, hw)["time_s"]["compute"]
+    for name in kn.RECOMPUTE_WRAPPERS:
+        with_it = replace(hw, kernels=replace(hw.kernels, **{name: 1e-3}))
+        gained = predict(cfg, with_it)["time_s"]["compute"] - base
+        expected = cfg.layout.microbatches * cfg.model.layers * 1e-3 if name == constant else 0.0
+        assert gained == pytest.approx(expected, abs=1e-12), name
+    # without recomputation none of them counts
+    plain = small_cfg(tp=tp, sequence_parallel=sp)
+    every = replace(hw, kernels=replace(hw.kernels, **dict.fromkeys(kn.RECOMPUTE_WRAPPERS, 1e-3)))
+    assert predict(plain, every)["time_s"]["compute"] == predict(plain, hw)["time_s"]["compute"]
+
+
 def test_the_optimizer_is_adams_loop_over_the_ranks_tensors():
     from distperf.cost.model_states import state_bytes
     from distperf.model import build_model

@@ -129,3 +129,17 @@ def test_the_analysis_prices_a_run_at_the_bucket_it_used():
     row["options.bucket_mb"] = 0.001
     small = predict(cfg, hw, 0.001 * 2**20, check=False, layer_times=times)["time_s"]["iteration"]
     assert profiled_prediction(pd.Series(row), hw) == pytest.approx(small) != pytest.approx(default)
+
+
+def test_the_profiled_mode_adds_recomputations_checkpoint_to_the_parts_measured_without_it():
+    # the parts are timed without checkpoint: the recomputed forward comes from the layer's measured forward, the
+    # checkpoint's own cost from the profile's constant, per recomputed layer and microbatch
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    full = validate(Config(model=SPEC, layout=Layout(micro_batch=1, microbatches=2, recompute="full")))
+    base = predict(full, hw, check=False, layer_times=_times())["time_s"]["compute"]
+    costly = replace(hw, kernels=replace(hw.kernels, recompute_layer_s=1e-3))
+    gained = predict(full, costly, check=False, layer_times=_times())["time_s"]["compute"] - base
+    assert gained == pytest.approx(2 * SPEC.layers * 1e-3)
+    plain = validate(Config(model=SPEC, layout=Layout(micro_batch=1, microbatches=2)))
+    assert base - predict(plain, hw, check=False, layer_times=_times())["time_s"]["compute"] == pytest.approx(
+        2 * SPEC.layers * 1e-3)  # the repeated forward: the measured layer's 1 ms, twice

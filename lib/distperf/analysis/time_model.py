@@ -584,6 +584,18 @@ def constants_table(hw) -> pd.DataFrame:
          f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
          "microbatch, less the model's sends and waits; / 2"),
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
+        ("recompute_layer_s", f"{k.recompute_layer_s * 1e6:.3g}", "µs per recomputed layer and microbatch",
+         "a Block under torch.utils.checkpoint less the plain Block and less its forward (the kernels it repeats)"),
+        ("recompute_core_s", f"{k.recompute_core_s * 1e6:.3g}", "µs per recomputed attention core and microbatch",
+         "the same with the attention core checkpointed (selective), less the core's forward"),
+        ("tp_recompute_layer_s", f"{k.tp_recompute_layer_s * 1e6:.3g}", "µs per recomputed layer and microbatch",
+         "the same on a Block wrapped tensor-parallel on a one-rank group (DTensor's repeated dispatch included)"),
+        ("tp_recompute_core_s", f"{k.tp_recompute_core_s * 1e6:.3g}", "µs per recomputed attention core",
+         "the same, selective"),
+        ("tp_sp_recompute_layer_s", f"{k.tp_sp_recompute_layer_s * 1e6:.3g}", "µs per recomputed layer",
+         "the same, sequence parallel"),
+        ("tp_sp_recompute_core_s", f"{k.tp_sp_recompute_core_s * 1e6:.3g}", "µs per recomputed attention core",
+         "the same, sequence parallel and selective"),
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
          "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: a "
@@ -720,6 +732,74 @@ def overlap_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     return (f"with the overlap of DDP's default bucket ({hw.kernels.overlap + 0.0:.2f}, the median of {len(rounds)} "
             f"rounds), the held-out runs' median |error| is {now}; with the 1 MiB probe's ({earlier:.2f}), {then}: "
             f"the data-parallel runs' profiled error is {verdict}")
+
+
+def recompute_pairs(tables: dict, hw) -> pd.DataFrame:
+    """What full or selective recomputation adds to a held-out configuration's iteration, measured and predicted: one
+    row per configuration with recomputation whose twin without it (every other field equal) was measured in the same
+    build: ``experiment``, ``strategy``, ``recompute``, ``measured`` (its iteration less the twin's, seconds) and, per
+    mode of :data:`MODES`, the predicted difference on ``hw``."""
+    frame, errs = _frame(tables), errors(tables, hw)
+    columns = ["experiment", "strategy", "recompute", "measured", *MODES]
+    if not len(errs) or "config.layout.recompute" not in frame:
+        return pd.DataFrame(columns=columns)
+    fields = [c for c in frame.columns if c.startswith("config.") and c != "config.layout.recompute"]
+    keys = frame.drop_duplicates("config_hash").set_index("config_hash")
+    twin = keys[fields].astype(str).agg("|".join, axis=1)
+    by = errs.set_index("config_hash")
+    out = []
+    for h, e in by.iterrows():
+        rc = keys.at[h, "config.layout.recompute"]
+        if rc == "none":
+            continue
+        plain = [o for o in twin.index[twin == twin[h]]
+                 if keys.at[o, "config.layout.recompute"] == "none" and o in by.index]
+        if not plain:
+            continue
+        p = by.loc[plain[0]]
+        row = {"experiment": e.experiment, "strategy": e.strategy, "recompute": rc,
+               "measured": e.measured_s - p.measured_s}
+        for mode in MODES:
+            row[mode] = e.measured_s * (1 + e[mode]) - p.measured_s * (1 + p[mode])
+        out.append(row)
+    return pd.DataFrame(out, columns=columns)
+
+
+def recompute_rule_sentence(tables: dict, hw) -> str:
+    """The held-out runs with recomputation priced with the profile's checkpoint constants
+    (:data:`distperf.cost.kernels.RECOMPUTE_WRAPPERS`, measured from 4 December 2026) and with them at 0 (the model
+    before): what recomputation adds, measured over predicted (:func:`recompute_pairs`, the median over the pairs), and
+    the runs' median signed error in both modes, in words. The rule declared before the first build with the constants:
+    they stand if, in both modes, those runs' median signed error lies nearer zero with them than without."""
+    if hw is None or hw.kernels is None:
+        return "this build has no kernel time model"
+    k = hw.kernels
+    without = replace(hw, kernels=replace(k, **dict.fromkeys(kn.RECOMPUTE_WRAPPERS, 0.0)))
+    frame = _frame(tables)
+    hashes = set(frame.loc[frame["config.layout.recompute"] != "none", "config_hash"]) if len(frame) else set()
+
+    def priced(h) -> tuple[pd.DataFrame, str]:
+        e = errors(tables, h)
+        e = e[e.config_hash.isin(hashes)]
+        pairs = recompute_pairs(tables, h)
+        ratios = "; ".join(f"{mode} {(pairs.measured / pairs[mode]).median():.2f}" for mode in MODES) if len(
+            pairs) else "no twin without recomputation"
+        signed = "; ".join(f"{mode} {e[mode].median():+.1%}" for mode in MODES)
+        return e, f"median signed error {signed} (recomputation's measured cost over its predicted: {ratios})"
+
+    then, then_text = priced(without)
+    if not len(then):
+        return "no held-out run recomputed"
+    if not any(getattr(k, name) for name in kn.RECOMPUTE_WRAPPERS):
+        return (f"this calibration predates the recomputation probe and prices the checkpoint's own cost at 0: over "
+                f"the {len(then)} held-out configurations with recomputation, {then_text}")
+    now, now_text = priced(hw)
+    nearer = all(abs(now[mode].median()) < abs(then[mode].median()) for mode in MODES)
+    return (f"the checkpoint's own cost read {k.recompute_layer_s * 1e6:.0f} µs per recomputed layer "
+            f"({k.tp_recompute_layer_s * 1e6:.0f} µs tensor parallel); over the {len(now)} held-out configurations "
+            f"with recomputation, with it: {now_text}; priced at 0: {then_text}. The constants "
+            + ("stand: their median signed error lies nearer zero with them in both modes" if nearer else
+               "do not stand: their median signed error does not lie nearer zero with them in both modes"))
 
 
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:

@@ -25,9 +25,12 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   validation), and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel
   layer's DTensor dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``)
   per microbatch, DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter
-  (``adam_dtensor_tensor_s``); and, measured on the calibration's ranks, a pipeline action's cost in torch's
-  pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``): two actions per microbatch and
-  stage (a rank of the interleaved schedule holds v stages, its chunks).
+  (``adam_dtensor_tensor_s``); what recomputation (``torch.utils.checkpoint``) costs beyond the kernels of the
+  forward it repeats, per recomputed layer (full) or attention core (selective): its hooks on every saved tensor,
+  its bookkeeping and, under DTensor, the repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``;
+  ``tp_…`` and ``tp_sp_…`` for tensor- and sequence-parallel layers); and, measured on the calibration's ranks, a
+  pipeline action's cost in torch's pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``):
+  two actions per microbatch and stage (a rank of the interleaved schedule holds v stages, its chunks).
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
@@ -65,8 +68,10 @@ CLASSES = ("matrix_products", "attention", "other_operators", "framework")
 STEP_FIT_MODEL = "tiny"
 STEP_FIT_BATCHES = (1, 2, 4)  # its micro-batches in those fits
 FSDP_EXPOSURE_MAX = 100.0  # fsdp_overlap ≥ −100: FSDP2's path at most 101 times its collectives' α-β time
+RECOMPUTE_WRAPPERS = ("recompute_layer_s", "recompute_core_s", "tp_recompute_layer_s", "tp_recompute_core_s",
+                      "tp_sp_recompute_layer_s", "tp_sp_recompute_core_s")
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",
-            "tp_sp_collective_s", "pp_action_s", "twobw_action_s")
+            "tp_sp_collective_s", "pp_action_s", "twobw_action_s") + RECOMPUTE_WRAPPERS
 PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s")  # collectives as DTensor issues them
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 PROBE_PARTS = ("gemm_s", "elementwise_s", "python_s")  # measure.speed.PARTS (this module imports no torch)
@@ -96,6 +101,14 @@ class KernelCosts:
     tp_sp_collective_s: float = 0.0  # the same for a sequence-parallel layer's all-gathers and reduce-scatters
     pp_action_s: float = 0.0  # a pipeline action (one microbatch's forward or backward on a stage) in torch's runtime
     twobw_action_s: float = 0.0  # the same in the 2BW engine (both beyond the stage's layers and its sends)
+    # what torch.utils.checkpoint costs per recomputed layer (full) or attention core (selective) beyond the kernels
+    # of the forward it repeats: plain, tensor-parallel, sequence-parallel (measure.kernels.wrapper_times)
+    recompute_layer_s: float = 0.0
+    recompute_core_s: float = 0.0
+    tp_recompute_layer_s: float = 0.0
+    tp_recompute_core_s: float = 0.0
+    tp_sp_recompute_layer_s: float = 0.0
+    tp_sp_recompute_core_s: float = 0.0
     # every rank of the machine running at once over one alone (calibrate's training_conditions), ≥ 1
     contention_memory: float = 1.0  # memory-bound kernels (a large copy)
     contention_compute: float = 1.0  # compute-bound kernels (a matrix product)

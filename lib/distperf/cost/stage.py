@@ -246,15 +246,28 @@ def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
     """Forward + backward seconds the parallel wrappers add to one microbatch on the rank: DTensor's per
     tensor-parallel layer, FSDP2's per unit (a unit per layer and the root), the pipeline engine's per action (a
     forward and a backward on each of the rank's stages: 2·v with v chunks, each chunk a stage of its own in torch's
-    ``ScheduleInterleaved1F1B``)."""
+    ``ScheduleInterleaved1F1B``), and recomputation's checkpoint per recomputed layer or attention core beyond the
+    kernels it repeats (:func:`recompute_wrapper`)."""
     wrapped = 0.0
     if lay.pp > 1:
         wrapped += 2 * lay.chunks * (costs.twobw_action_s if lay.schedule in TWOBW_ENGINE else costs.pp_action_s)
     if lay.tp > 1:
         wrapped += span.layers * (costs.tp_sp_layer_s if lay.sequence_parallel else costs.tp_layer_s)
+    if lay.recompute != "none":
+        wrapped += span.layers * recompute_wrapper(costs, lay)
     if lay.zero >= 2 and lay.dp > 1:
         wrapped += (span.layers + 1) * costs.fsdp_unit_s
     return wrapped
+
+
+def recompute_wrapper(costs: kn.KernelCosts, lay: Layout) -> float:
+    """Seconds ``torch.utils.checkpoint`` adds to one layer's forward + backward beyond the kernels of the forward it
+    repeats (the whole layer under full recomputation, the attention core under selective): the hooks that pack and
+    unpack each saved tensor, the recomputation's bookkeeping and, for a tensor- or sequence-parallel layer, DTensor's
+    dispatch of the repeated forward; measured on a one-rank group (:func:`distperf.measure.kernels.wrapper_times`;
+    the chapter "Where the time goes" lists the values)."""
+    prefix = ("tp_sp_" if lay.sequence_parallel else "tp_") if lay.tp > 1 else ""
+    return getattr(costs, f"{prefix}recompute_{'layer' if lay.recompute == 'full' else 'core'}_s")
 
 
 def wrapper_step(costs: kn.KernelCosts, lay: Layout, span: Span, tensors: tuple) -> float:

@@ -23,7 +23,8 @@ engine's start that a training step pays once per backward pass. So it holds the
   8 positions), plain and wrapped as the trainers wrap it (tensor parallel, tensor + sequence parallel, an FSDP2
   unit, DDP) on a one-rank gloo group, where the collectives move nothing: the difference is DTensor's dispatch,
   FSDP2's and DDP's hooks and copies. Also Adam per tensor on DTensor parameters (FSDP2's and tensor
-  parallelism's).
+  parallelism's), and what recomputation's checkpoint adds beyond the forward it repeats, plain and under DTensor
+  (:func:`recompute_times`).
 """
 from __future__ import annotations
 
@@ -286,7 +287,8 @@ PROBE = dict(name="wrapper-probe", layers=1, hidden=16, heads=2, vocab=16, seq=8
 def wrapper_times(min_run_time: float = 0.1) -> dict:
     """{tp_layer_s, tp_sp_layer_s, fsdp_unit_s, ddp_step_s, adam_dtensor_tensor_s}: seconds each wrapper adds to one
     layer's forward + backward (per step for DDP), and Adam per DTensor tensor beyond a plain one, on a one-rank gloo
-    group (a file store in a temporary folder; nothing listens on the network)."""
+    group (a file store in a temporary folder; nothing listens on the network); and the recomputation constants of
+    :func:`recompute_times`."""
     import tempfile
 
     import torch.distributed as dist
@@ -320,6 +322,7 @@ def wrapper_times(min_run_time: float = 0.1) -> dict:
             out["fsdp_unit_s"] = max(layer(lambda b: fully_shard(b, mesh=mesh)) - plain, 0.0)
             out["ddp_step_s"] = max(layer(lambda b: DistributedDataParallel(b, process_group=mesh.get_group()))
                                     - plain, 0.0)
+            out.update(recompute_times(spec, x, mesh, min_run_time))
             tensors = 16
             plain_params = [nn.Parameter(torch.randn(64)) for _ in range(tensors)]
             dt_params = [nn.Parameter(distribute_tensor(torch.randn(64), mesh, [Shard(0)])) for _ in range(tensors)]
@@ -333,4 +336,41 @@ def wrapper_times(min_run_time: float = 0.1) -> dict:
             out["adam_dtensor_tensor_s"] = max(times[1] - times[0], 0.0)
         finally:
             dist.destroy_process_group()
+    return out
+
+
+def recompute_times(spec, x: torch.Tensor, mesh, min_run_time: float) -> dict:
+    """What ``torch.utils.checkpoint`` (non-reentrant, as the trainers use it) adds to one layer's forward + backward
+    beyond the kernels of the forward it repeats, plain (``recompute_layer_s``, ``recompute_core_s``), tensor-parallel
+    (``tp_…``) and sequence-parallel (``tp_sp_…``) on the one-rank ``mesh``: under full recomputation (``…_layer_s``)
+    the checkpointed layer's forward + backward less the same layer's without recomputation and less the plain layer's
+    forward (the kernels it repeats); under selective recomputation (``…_core_s``) the same with the attention core
+    checkpointed, less the plain core's forward. What is left is the hooks that pack and unpack each saved tensor, the
+    recomputation's bookkeeping and, for a DTensor layer, the dispatch of the forward it repeats. At least 0 each."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from ..model import Block
+    from ..parallel.tensor import layer_plan
+
+    def block(sequence_parallel: bool | None, recompute: str = "none") -> nn.Module:
+        """A Block, tensor-parallel unless ``sequence_parallel`` is None."""
+        torch.manual_seed(0)
+        layer = Block(spec)
+        if sequence_parallel is not None:
+            layer = parallelize_module(layer, mesh, layer_plan(sequence_parallel))
+        layer.recompute, layer.attn.recompute = recompute == "full", recompute == "selective"
+        return layer
+
+    def step(layer) -> float:
+        return median_time(lambda: layer(x).sum().backward(), min_run_time)
+
+    plain = block(None)
+    forward = median_time(lambda: plain(x), min_run_time)
+    q, k, v = (torch.randn(1, spec.heads, spec.seq, spec.hidden // spec.heads, requires_grad=True) for _ in range(3))
+    core = median_time(lambda: plain.attn.core(q, k, v), min_run_time)
+    out = {}
+    for prefix, sp in (("", None), ("tp_", False), ("tp_sp_", True)):
+        base = step(block(sp))
+        out[f"{prefix}recompute_layer_s"] = max(step(block(sp, "full")) - base - forward, 0.0)
+        out[f"{prefix}recompute_core_s"] = max(step(block(sp, "selective")) - base - core, 0.0)
     return out
