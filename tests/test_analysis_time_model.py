@@ -554,3 +554,32 @@ def test_recomputation_is_paired_with_its_twin_and_its_constants_judged_by_the_d
     assert "do not stand" in tm.recompute_rule_sentence({"planner": pd.DataFrame([plain, full])}, costly)
     assert "predates the recomputation probe" in tm.recompute_rule_sentence(found, HW)
     assert tm.recompute_rule_sentence({"planner": pd.DataFrame([plain])}, costly) == "no held-out run recomputed"
+
+
+def test_layer_contention_compares_the_parts_measured_at_once_with_the_kernel_model_alone():
+    from dataclasses import replace as changed
+
+    from distperf.cost import kernels as kn
+
+    hw = changed(HW, kernels=changed(HW.kernels, contention_compute=1.1, contention_memory=1.3))
+
+    def timed(ratio, **layout):
+        out = row("small", 1.0, **layout)
+        spec, lay = presets.model("small"), Layout(**{"micro_batch": 1, **layout})
+        layer = kn.layer(hw.kernels, 1, spec.seq, spec.hidden, spec.heads, spec.ffn, lay.tp, False, True, True, False,
+                         "none", False)
+        f, b = sum(p[0] for p in layer.values()), sum(p[1] for p in layer.values())
+        out.update({f"{tm.LAYER_TIMES}layer.forward_s": ratio * f, f"{tm.LAYER_TIMES}layer.backward_s": ratio * b,
+                    f"{tm.LAYER_TIMES}ranks_at_once": lay.world_size})
+        return out
+
+    found = tm.layer_contention({"regimes": pd.DataFrame([timed(1.0), timed(1.5, dp=2), timed(1.4, tp=2)])}, hw)
+    assert list(found.ranks) == [1, 2, 2]
+    assert list(found.measured) == pytest.approx([1.0, 1.5, 1.4])
+    assert found.profile[0] == 1.0 and 1.1 < found.profile[1] < 1.3  # the profile's ratios, weighted by class
+    text = tm.layer_contention_sentence(found)
+    assert "on one device its layer took a median 1.00 times" in text and "1.45 times" in text
+    assert "within 10%" in text and "leaves out" in text
+    close = tm.layer_contention_sentence(found.assign(measured=found.profile))
+    assert "prices the layer within 10%" in close
+    assert tm.layer_contention_sentence(found.iloc[:0]) == "no held-out run timed its parts"

@@ -945,6 +945,70 @@ def speed_ratios(tables: dict, hw) -> pd.DataFrame:
     return held_out(pd.DataFrame(out, columns=columns)).reset_index(drop=True)
 
 
+LAYER_NEAR = 0.10  # how near the measured layer must come to the kernel model's for the sentence to call it priced
+
+
+def layer_contention(tables: dict, hw) -> pd.DataFrame:
+    """How much slower a layer ran in the profiled parts than the kernel time model prices it alone: per held-out
+    configuration with parts (:mod:`distperf.measure.parts`, every rank timing its own layer at once), ``strategy``,
+    ``ranks``, ``measured`` (the part's forward + backward over the kernel model's for the same layer on one rank alone,
+    its module calls included as in the part, no parallel wrapper in either) and ``profile`` (the kernel model's time
+    with the profile's contention ratios over its time alone: what the analytical mode assumes)."""
+    frame = _frame(tables)
+    columns = ["strategy", "ranks", "measured", "profile"]
+    if hw is None or hw.kernels is None or not len(frame) or f"{LAYER_TIMES}layer.forward_s" not in frame:
+        return pd.DataFrame(columns=columns)
+    k, out = hw.kernels, []
+    for _, row in frame[frame["config.model.name"] != STEP_FIT_MODEL].iterrows():
+        part = row[f"{LAYER_TIMES}layer.forward_s"] + row[f"{LAYER_TIMES}layer.backward_s"]
+        if pd.isna(part) or pd.isna(row.get(f"{LAYER_TIMES}ranks_at_once")):
+            continue
+        cfg = rows.config_of_row(row)
+        spec, lay = cfg.model, cfg.layout
+        dropout = spec.dropout > 0
+        layer = kn.layer(k, lay.micro_batch, spec.seq, spec.hidden, spec.heads, spec.ffn, lay.tp,
+                         lay.sequence_parallel, spec.arch == "gpt", spec.attention == "sdpa" and not dropout, dropout,
+                         "none", cfg.training.precision == "mixed")
+        alone = {c: f + b for c, (f, b) in layer.items()}
+        base = alone["matrix_products"] + alone["attention"] + alone["other_operators"] + alone["framework"]
+        ranks = lay.world_size
+        compute, memory = (k.contention_compute, k.contention_memory) if ranks > 1 else (1.0, 1.0)
+        assumed = (compute * (alone["matrix_products"] + alone["attention"]) + memory * alone["other_operators"]
+                   + alone["framework"])
+        out.append({"strategy": strategy(row), "ranks": ranks, "measured": part / base, "profile": assumed / base})
+    return pd.DataFrame(out, columns=columns)
+
+
+def layer_contention_sentence(found: pd.DataFrame) -> str:
+    """:func:`layer_contention` in words: the median ratios of one rank alone and of several at once, and per strategy
+    of several ranks."""
+    if not len(found):
+        return "no held-out run timed its parts"
+    alone, shared = found[found.ranks == 1], found[found.ranks > 1]
+    parts = []
+    if len(alone):
+        parts.append(f"on one device its layer took a median {alone.measured.median():.2f} times the kernel model's "
+                     f"time for it ({len(alone)} configurations)")
+    if len(shared):
+        each = "; ".join(f"{name} {g.measured.median():.2f}" for name, g in shared.groupby("strategy"))
+        parts.append(f"with every rank of a run timing its own layer at once, {shared.measured.median():.2f} times the "
+                     f"kernel model's time for that layer alone ({len(shared)} configurations; {each}), where the "
+                     f"profile's contention ratios make it {shared.profile.median():.2f} times")
+    text = ", and ".join(parts)
+    if len(alone) and len(shared):
+        near = abs(alone.measured.median() - 1) <= LAYER_NEAR
+        missed = shared.measured.median() / shared.profile.median() - 1
+        if missed > LAYER_NEAR:
+            tail = f"leaves out {missed:.0%} of the layer's time"
+        elif missed < -LAYER_NEAR:
+            tail = f"overprices the layer by {-missed:.0%}"
+        else:
+            tail = f"prices the layer within {LAYER_NEAR:.0%}"
+        text += (f": the kernel tables price a layer alone {'within' if near else 'no closer than'} {LAYER_NEAR:.0%}, "
+                 f"and with the ranks at once the profile's contention {tail}")
+    return text
+
+
 def contention_sentence(tables: dict, hw, plain: pd.DataFrame, contended: pd.DataFrame) -> str:
     """What the contention readings of the runs of several ranks say, in words: their compute-bound and memory-bound
     ratios (median, least, largest) against the calibration's, and the analytical mode's median and largest |error|
