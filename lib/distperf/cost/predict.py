@@ -152,20 +152,36 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     versions = sched in ("2bw", "pipedream")
     gradients_at_rest = not (sched in TWOBW_ENGINE and convention == "trainer")
     by_stage, at_rest, totals = [], [], []
-    for r, (rank, x) in enumerate(zip(ranks, activations)):
-        st = rank.states
-        weights, grads, states = st.weights + st.gathered, st.gradients if m > 1 else st.gradients_single, \
-            st.optimizer_states
-        total = weights + grads + states + x + working
-        kept_weights, kept_grads, kept_states = st.at_rest
-        if versions:
+    if versions:
+        for r, (rank, x) in enumerate(zip(ranks, activations)):
+            st = rank.states
+            weights, grads, states = st.weights + st.gathered, st.gradients if m > 1 else st.gradients_single, \
+                st.optimizer_states
+            total = weights + grads + states + x + working
+            kept_weights, kept_grads, kept_states = st.at_rest
             extra = (weight_versions(sched, p, r) - 1) * st.weights
             weights, total, kept_weights = weights + extra, total + extra, kept_weights + extra
-        by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
-                         "recompute_working": working, "total": total})
-        at_rest.append({"parameters": kept_weights, "gradients": kept_grads if gradients_at_rest else 0,
-                        "optimizer_states": kept_states})
-        totals.append(total)
+            by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
+                             "recompute_working": working, "total": total})
+            at_rest.append({"parameters": kept_weights, "gradients": kept_grads if gradients_at_rest else 0,
+                            "optimizer_states": kept_states})
+            totals.append(total)
+    else:  # ranks alike but for their activations share their model states (and their read-only at-rest entry)
+        alike = []
+        for rank in distinct:
+            st = rank.states
+            weights, grads = st.weights + st.gathered, st.gradients if m > 1 else st.gradients_single
+            kept_weights, kept_grads, kept_states = st.at_rest
+            alike.append((weights, grads, st.optimizer_states, weights + grads + st.optimizer_states,
+                          {"parameters": kept_weights, "gradients": kept_grads if gradients_at_rest else 0,
+                           "optimizer_states": kept_states}))
+        for i, x in zip(which, activations):
+            weights, grads, states, held, kept = alike[i]
+            total = held + x + working
+            by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
+                             "recompute_working": working, "total": total})
+            at_rest.append(kept)
+            totals.append(total)
     peak = max(range(p), key=totals.__getitem__)
 
     # time: the pipeline, then each rank's step; the iteration ends with the last rank to finish
