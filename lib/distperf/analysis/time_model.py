@@ -584,18 +584,17 @@ def constants_table(hw) -> pd.DataFrame:
          f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
          "microbatch, less the model's sends and waits; / 2"),
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
-        ("recompute_layer_s", f"{k.recompute_layer_s * 1e6:.3g}", "µs per recomputed layer and microbatch",
-         "a Block under torch.utils.checkpoint less the plain Block and less its forward (the kernels it repeats)"),
-        ("recompute_core_s", f"{k.recompute_core_s * 1e6:.3g}", "µs per recomputed attention core and microbatch",
-         "the same with the attention core checkpointed (selective), less the core's forward"),
-        ("tp_recompute_layer_s", f"{k.tp_recompute_layer_s * 1e6:.3g}", "µs per recomputed layer and microbatch",
-         "the same on a Block wrapped tensor-parallel on a one-rank group (DTensor's repeated dispatch included)"),
-        ("tp_recompute_core_s", f"{k.tp_recompute_core_s * 1e6:.3g}", "µs per recomputed attention core",
-         "the same, selective"),
-        ("tp_sp_recompute_layer_s", f"{k.tp_sp_recompute_layer_s * 1e6:.3g}", "µs per recomputed layer",
-         "the same, sequence parallel"),
-        ("tp_sp_recompute_core_s", f"{k.tp_sp_recompute_core_s * 1e6:.3g}", "µs per recomputed attention core",
-         "the same, sequence parallel and selective"),
+        *((name, f"{getattr(k, name) * 1e6:.3g}", f"µs per recomputed {what} and microbatch", how)
+          for name, what, how in (
+              ("recompute_layer_s", "layer", "a Block under torch.utils.checkpoint less the plain Block and less its "
+                                             "forward (the kernels it repeats)"),
+              ("recompute_core_s", "attention core", "the same with the attention core checkpointed (selective), "
+                                                     "less the core's forward"),
+              ("tp_recompute_layer_s", "layer", "the same on a Block wrapped tensor-parallel on a one-rank group "
+                                                "(DTensor's repeated dispatch included)"),
+              ("tp_recompute_core_s", "attention core", "the same, selective"),
+              ("tp_sp_recompute_layer_s", "layer", "the same, sequence parallel"),
+              ("tp_sp_recompute_core_s", "attention core", "the same, sequence parallel and selective"))),
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
          "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: a "
