@@ -733,12 +733,12 @@ def overlap_rule_sentence(tables: dict, hw, side: dict | None) -> str:
             f"the data-parallel runs' profiled error is {verdict}")
 
 
-def recompute_pairs(tables: dict, hw) -> pd.DataFrame:
+def recompute_pairs(tables: dict, hw, errs: pd.DataFrame | None = None) -> pd.DataFrame:
     """What full or selective recomputation adds to a held-out configuration's iteration, measured and predicted: one
     row per configuration with recomputation whose twin without it (every other field equal) was measured in the same
     build: ``experiment``, ``strategy``, ``recompute``, ``measured`` (its iteration less the twin's, seconds) and, per
-    mode of :data:`MODES`, the predicted difference on ``hw``."""
-    frame, errs = _frame(tables), errors(tables, hw)
+    mode of :data:`MODES`, the predicted difference on ``hw`` (``errs``: :func:`errors` on ``hw``, when known)."""
+    frame, errs = _frame(tables), errors(tables, hw) if errs is None else errs
     columns = ["experiment", "strategy", "recompute", "measured", *MODES]
     if not len(errs) or "config.layout.recompute" not in frame:
         return pd.DataFrame(columns=columns)
@@ -778,9 +778,9 @@ def recompute_rule_sentence(tables: dict, hw) -> str:
     hashes = set(frame.loc[frame["config.layout.recompute"] != "none", "config_hash"]) if len(frame) else set()
 
     def priced(h) -> tuple[pd.DataFrame, str]:
-        e = errors(tables, h)
-        e = e[e.config_hash.isin(hashes)]
-        pairs = recompute_pairs(tables, h)
+        every = errors(tables, h)
+        e = every[every.config_hash.isin(hashes)]
+        pairs = recompute_pairs(tables, h, every)
         ratios = "; ".join(f"{mode} {(pairs.measured / pairs[mode]).median():.2f}" for mode in MODES) if len(
             pairs) else "no twin without recomputation"
         signed = "; ".join(f"{mode} {e[mode].median():+.1%}" for mode in MODES)
