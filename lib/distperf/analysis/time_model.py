@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..cost import kernels as kn
 from ..cost.kernels import STEP_FIT_MODEL
+from ..cost.stage import layer_kernels
 from ..measure.path_fits import PIPE_MICROBATCHES
 from ..results import signed_error
 from . import goal_floor, rows, verdicts
@@ -963,14 +964,9 @@ def layer_contention(tables: dict, hw) -> pd.DataFrame:
         if pd.isna(part) or pd.isna(row.get(f"{LAYER_TIMES}ranks_at_once")):
             continue
         cfg = rows.config_of_row(row)
-        spec, lay = cfg.model, cfg.layout
-        dropout = spec.dropout > 0
-        layer = kn.layer(k, lay.micro_batch, spec.seq, spec.hidden, spec.heads, spec.ffn, lay.tp,
-                         lay.sequence_parallel, spec.arch == "gpt", spec.attention == "sdpa" and not dropout, dropout,
-                         "none", cfg.training.precision == "mixed")
-        alone = {c: f + b for c, (f, b) in layer.items()}
+        alone = {c: f + b for c, (f, b) in layer_kernels(cfg.model, cfg.layout, cfg.training, k, "none").items()}
         base = alone["matrix_products"] + alone["attention"] + alone["other_operators"] + alone["framework"]
-        ranks = lay.world_size
+        ranks = cfg.layout.world_size
         compute, memory = (k.contention_compute, k.contention_memory) if ranks > 1 else (1.0, 1.0)
         assumed = (compute * (alone["matrix_products"] + alone["attention"]) + memory * alone["other_operators"]
                    + alone["framework"])

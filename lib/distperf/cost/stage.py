@@ -228,8 +228,7 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
     """{class: (forward, backward)} seconds of one microbatch on the rank, from measured kernel times
     (:mod:`distperf.cost.kernels`): its layers, its ends, and one backward pass's start."""
     mixed, dropout = tr.precision == "mixed", spec.dropout > 0
-    layer = kn.layer(costs, lay.micro_batch, spec.seq, spec.hidden, spec.heads, spec.ffn, lay.tp, lay.sequence_parallel,
-                     spec.arch == "gpt", spec.attention == "sdpa" and not dropout, dropout, lay.recompute, mixed)
+    layer = layer_kernels(spec, lay, tr, costs, lay.recompute)
     ends = kn.ends(costs, lay.micro_batch, spec.seq, spec.hidden, spec.vocab, span.first, span.last, dropout, mixed)
     out = {c: (span.layers * layer[c][0] + ends[c][0], span.layers * layer[c][1] + ends[c][1]) for c in kn.CLASSES}
     if lay.world_size > 1:  # the ranks of the machine compute at once
@@ -240,6 +239,15 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
     f, b = out["framework"]
     out["framework"] = (f + wrapped / 3, b + 2 * wrapped / 3 + costs.backward_call_s)
     return out
+
+
+def layer_kernels(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelCosts, recompute: str) -> dict:
+    """{class: (forward, backward)} seconds of one layer on a rank of ``lay`` alone, with ``recompute``
+    (:func:`distperf.cost.kernels.layer`: no contention, no parallel wrapper)."""
+    dropout = spec.dropout > 0
+    return kn.layer(costs, lay.micro_batch, spec.seq, spec.hidden, spec.heads, spec.ffn, lay.tp, lay.sequence_parallel,
+                    spec.arch == "gpt", spec.attention == "sdpa" and not dropout, dropout, recompute,
+                    tr.precision == "mixed")
 
 
 def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
