@@ -4,14 +4,17 @@
     python scripts/gpu_reference.py --dry-run        # print the plan
     python scripts/gpu_reference.py --device cpu --scale smoke --reference /tmp/ref   # the same steps, here
 
-Steps (each an experiment notebook run with papermill at ``--scale``, default gpu, on ``--device``, each with
-its own time limit, so that one slow step cannot eat the others'):
+Steps (the first three experiment notebooks run with papermill at ``--scale``, default gpu, on ``--device``; each
+step with its own time limit, so that one slow step cannot eat the others'):
 
 1. ``calibration``: the device's matrix rates, layer and whole-model times and its collectives: its hardware
    profile. Its collectives need two devices (``distperf calibrate`` refuses fewer), so with one GPU the step
    is skipped and said so;
 2. ``layer_timing``: per-layer time against FLOPs, the cost model's compute error on this device;
-3. ``memory_anatomy``: single-device memory by category against the cost model.
+3. ``memory_anatomy``: single-device memory by category against the cost model;
+4. ``gpu_step_time``: whole training steps on one device (:data:`STEP_TIME`, a sweep of ``distperf run`` with
+   ``--hardware`` the device's preset, three repeats): measured iteration time and memory beside the preset's
+   prediction, the measurement the chapter "Against published step times" predicts with its fitted constants.
 
 Multi-rank runs are left out: NCCL refuses two ranks on one GPU, and gloo would measure the host, not the GPU.
 
@@ -19,7 +22,8 @@ Then every table the steps wrote (``data/fresh/<scale>/*.csv`` newer than the ru
 ``data/reference/<machine>/`` with this device's rows only — each row keeps its provenance (machine, device,
 torch, python, commit, date) and scale — together with the device's ``hardware.json`` and the executed notebooks,
 in the canonical archive's form (gzipped tables and a ``MANIFEST.json``, :mod:`distperf.reference`); the chapters
-show those rows beside the fresh ones. A step that fails or runs out of time is reported and publishes nothing of its own.
+show those rows beside the fresh ones. A step that fails or runs out of time is reported and publishes nothing of
+its own.
 Exit status: 0 when every step ran, 1 when some failed, 2 on bad input.
 """
 from __future__ import annotations
@@ -40,19 +44,43 @@ sys.path.insert(0, str(ROOT / "lib"))
 from distperf import results  # noqa: E402
 from distperf.config import ConfigError  # noqa: E402
 
-# (notebook, seconds, devices it needs on CUDA): ~9 minutes in all, under the 10 a lent GPU gives one command
-STEPS = [("calibration", 240, 2), ("layer_timing", 150, 1), ("memory_anatomy", 150, 1)]
+# (step, seconds, devices it needs on CUDA): under the 10 minutes a lent GPU gives one command, with the
+# machine's start and the transfers beside them
+STEPS = [("calibration", 150, 2), ("layer_timing", 100, 1), ("memory_anatomy", 110, 1), ("gpu_step_time", 210, 1)]
+NOTEBOOK_STEPS = ("calibration", "layer_timing", "memory_anatomy")
+
+# One device's training steps: each model at microbatch 1 and 8, fp32 and mixed precision, with and without full
+# recomputation, one microbatch per step; timed over `steps` after `warmup`, three repeats in fresh processes.
+STEP_TIME = {
+    "smoke": dict(model=["tiny"], micro_batch=[1, 2], steps=3, warmup=1, hardware="H200"),
+    "cpu": dict(model=["tiny"], micro_batch=[1, 2], steps=3, warmup=1, hardware="H200"),
+    "gpu": dict(model=["gpt2", "gpt2-medium"], micro_batch=[1, 8], steps=10, warmup=3, hardware="H200"),
+}
+
+
+def step_time_experiment(scale: str, device: str) -> dict:
+    """The ``gpu_step_time`` sweep as an experiment dictionary (:func:`distperf.runner.sweep.run_experiment`)."""
+    g = STEP_TIME[scale]
+    return {"name": "gpu_step_time", "command": "run", "timeout": 120, "repeats": 3,
+            "base": {"microbatches": 1, "steps": g["steps"], "warmup": g["warmup"], "device": device,
+                     "hardware": g["hardware"]},
+            "grid": {"model": g["model"], "micro-batch": g["micro_batch"], "precision": ["fp32", "mixed"],
+                     "recompute": ["none", "full"]}}
 
 
 def plan(scale: str, device: str) -> list[list[str]]:
     out = ROOT / "_build" / "executed" / f"{scale}-{device}"
-    return [[sys.executable, "-m", "papermill", "--kernel", "python3", "--cwd", "notebooks", "-p", "scale", scale, "-p", "device", device,
-             f"notebooks/{name}.ipynb", str(out / f"{name}.ipynb")] for name, _, _ in STEPS]
+    notebooks = [[sys.executable, "-m", "papermill", "--kernel", "python3", "--cwd", "notebooks", "-p", "scale", scale,
+                  "-p", "device", device, f"notebooks/{name}.ipynb", str(out / f"{name}.ipynb")]
+                 for name in NOTEBOOK_STEPS]
+    return notebooks + [[sys.executable, str(Path(__file__).resolve()), "--step-time", "--scale", scale,
+                         "--device", device]]
 
 
 def run_step(cmd: list[str], limit_s: float) -> str | None:
     """Run one step in its own process group; None when it succeeded, else why it did not."""
-    Path(cmd[-1]).parent.mkdir(parents=True, exist_ok=True)
+    if cmd[-1].endswith(".ipynb"):
+        Path(cmd[-1]).parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
     try:
         return None if proc.wait(timeout=limit_s) == 0 else f"exit status {proc.returncode}"
@@ -108,7 +136,18 @@ def main(argv=None) -> int:
     parser.add_argument("--reference", type=Path, default=results.DATA / "reference",
                         help="where to publish (default data/reference)")
     parser.add_argument("--dry-run", action="store_true", help="print the steps and exit")
+    parser.add_argument("--step-time", action="store_true", help="run only the gpu_step_time sweep (its step)")
     args = parser.parse_args(argv)
+    if args.step_time:
+        from distperf.runner.sweep import run_experiment
+
+        try:
+            device = results.resolve_device(args.device)
+            run_experiment(step_time_experiment(args.scale, device), args.scale, device, progress=False)
+        except (ConfigError, ValueError) as err:
+            print(f"gpu_reference: {err}", file=sys.stderr)
+            return 2
+        return 0
     if args.dry_run:
         for (name, limit, need), cmd in zip(STEPS, plan(args.scale, args.device)):
             print(f"[{limit:>3d} s, {need} device(s) on cuda] {' '.join(cmd)}")

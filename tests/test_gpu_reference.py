@@ -23,12 +23,26 @@ gpu_reference = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu_reference)
 
 
-def test_plan_runs_existing_notebooks_at_the_gpu_scale_within_ten_minutes():
+def test_plan_runs_existing_notebooks_and_the_step_sweep_at_the_gpu_scale_within_ten_minutes():
     cmds = gpu_reference.plan("gpu", "cuda")
-    assert [Path(c[-2]).stem for c in cmds] == [name for name, _, _ in gpu_reference.STEPS]
-    assert all((ROOT / c[-2]).is_file() for c in cmds)
-    assert all(c[c.index("scale") + 1] == "gpu" and c[c.index("device") + 1] == "cuda" for c in cmds)
+    notebooks, sweep = cmds[:-1], cmds[-1]
+    assert [Path(c[-2]).stem for c in notebooks] == list(gpu_reference.NOTEBOOK_STEPS)
+    assert [name for name, _, _ in gpu_reference.STEPS] == [*gpu_reference.NOTEBOOK_STEPS, "gpu_step_time"]
+    assert all((ROOT / c[-2]).is_file() for c in notebooks)
+    assert all(c[c.index("scale") + 1] == "gpu" and c[c.index("device") + 1] == "cuda" for c in notebooks)
+    assert sweep[sweep.index("--scale") + 1] == "gpu" and sweep[sweep.index("--device") + 1] == "cuda"
     assert sum(limit for _, limit, _ in gpu_reference.STEPS) <= 600
+
+
+@pytest.mark.parametrize("scale", ["smoke", "gpu"])
+def test_step_time_sweep_is_a_valid_experiment_of_one_device(scale):
+    from distperf.runner.grid import Experiment, expand
+
+    exp = Experiment.from_dict({"scale": scale, **gpu_reference.step_time_experiment(scale, "cpu")},
+                               workdir=ROOT)
+    configs = expand(exp)
+    assert len(configs) == len(gpu_reference.STEP_TIME[scale]["model"]) * 2 * 2 * 2
+    assert all(c.params.get("dp", 1) == 1 and c.params["hardware"] == "H200" for c in configs)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible here")
