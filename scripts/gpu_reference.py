@@ -5,7 +5,7 @@
     python scripts/gpu_reference.py --device cpu --scale smoke --reference /tmp/ref   # the same steps, here
 
 Steps (the first three experiment notebooks run with papermill at ``--scale``, default gpu, on ``--device``; each
-step with its own time limit, so that one slow step cannot eat the others'):
+step with its own time limit, so that one slow step cannot eat the others', plus what the steps before it left):
 
 1. ``calibration``: the device's matrix rates, layer and whole-model times and its collectives: its hardware
    profile. Its collectives need two devices (``distperf calibrate`` refuses fewer), so with one GPU the step
@@ -44,9 +44,10 @@ sys.path.insert(0, str(ROOT / "lib"))
 from distperf import results  # noqa: E402
 from distperf.config import ConfigError  # noqa: E402
 
-# (step, seconds, devices it needs on CUDA): under the 10 minutes a lent GPU gives one command, with the
-# machine's start and the transfers beside them
-STEPS = [("calibration", 150, 2), ("layer_timing", 100, 1), ("memory_anatomy", 110, 1), ("gpu_step_time", 210, 1)]
+# (step, seconds, devices it needs on CUDA): under the 10 minutes a lent GPU gives one command. A step skipped, or
+# done early, leaves its time to the next: on one H200 (2026-12-04) layer_timing took 63 s, memory_anatomy 77 s,
+# and gpu_step_time's 48 runs about 350 s (210 s, then 136 s in a second run that resumed the table)
+STEPS = [("calibration", 150, 2), ("layer_timing", 90, 1), ("memory_anatomy", 100, 1), ("gpu_step_time", 230, 1)]
 NOTEBOOK_STEPS = ("calibration", "layer_timing", "memory_anatomy")
 
 # One device's training steps: each model at microbatch 1 and 8, fp32 and mixed precision, with and without full
@@ -163,12 +164,15 @@ def main(argv=None) -> int:
     start = time.time()
     failed = []
     devices = torch.cuda.device_count() if device == "cuda" else None
+    spare = 0.0  # what skipped and early-finished steps left of their limits: the next step may use it
     for (name, limit, need), cmd in zip(STEPS, plan(args.scale, device)):
         if devices is not None and devices < need:
             print(f"{name}: skipped, it needs {need} CUDA devices and {devices} is visible", flush=True)
+            spare += limit
             continue
         t0 = time.time()
-        why = run_step(cmd, limit)
+        why = run_step(cmd, limit + spare)
+        spare = max(limit + spare - (time.time() - t0), 0.0)
         print(f"{name}: {'ok' if why is None else 'FAILED, ' + why} ({time.time() - t0:.0f} s)", flush=True)
         if why:
             failed.append(name)
