@@ -14,7 +14,9 @@ step with its own time limit, so that one slow step cannot eat the others', plus
 3. ``memory_anatomy``: single-device memory by category against the cost model;
 4. ``gpu_step_time``: whole training steps on one device (:data:`STEP_TIME`, a sweep of ``distperf run`` with
    ``--hardware`` the device's preset, three repeats): measured iteration time and memory beside the preset's
-   prediction, the measurement the chapter "Against published step times" predicts with its fitted constants.
+   prediction, the measurement the chapter "Against published step times" predicts with its fitted constants;
+5. ``gpu_step_profile``: the same configurations once more, each step's wall time beside the time its device was
+   busy (:mod:`distperf.measure.device_busy`, torch's profiler): how much of a step the device waits on the host.
 
 Multi-rank runs are left out: NCCL refuses two ranks on one GPU, and gloo would measure the host, not the GPU.
 
@@ -47,8 +49,10 @@ from distperf.config import ConfigError  # noqa: E402
 # (step, seconds, devices it needs on CUDA): under the 10 minutes a lent GPU gives one command. A step skipped, or
 # done early, leaves its time to the next: on one H200 (2026-12-04) layer_timing took 63 s, memory_anatomy 77 s,
 # and gpu_step_time's 48 runs about 350 s (210 s, then 136 s in a second run that resumed the table)
-STEPS = [("calibration", 150, 2), ("layer_timing", 90, 1), ("memory_anatomy", 100, 1), ("gpu_step_time", 230, 1)]
+STEPS = [("calibration", 150, 2), ("layer_timing", 80, 1), ("memory_anatomy", 90, 1), ("gpu_step_time", 200, 1),
+         ("gpu_step_profile", 50, 1)]
 NOTEBOOK_STEPS = ("calibration", "layer_timing", "memory_anatomy")
+CUDA_ONLY = ("gpu_step_profile",)  # device time exists only on a device: skipped on a CPU
 
 # One device's training steps: each model at microbatch 1 and 8, fp32 and mixed precision, with and without full
 # recomputation, one microbatch per step; timed over `steps` after `warmup`, three repeats in fresh processes.
@@ -74,8 +78,34 @@ def plan(scale: str, device: str) -> list[list[str]]:
     notebooks = [[sys.executable, "-m", "papermill", "--kernel", "python3", "--cwd", "notebooks", "-p", "scale", scale,
                   "-p", "device", device, f"notebooks/{name}.ipynb", str(out / f"{name}.ipynb")]
                  for name in NOTEBOOK_STEPS]
-    return notebooks + [[sys.executable, str(Path(__file__).resolve()), "--step-time", "--scale", scale,
-                         "--device", device]]
+    return notebooks + [[sys.executable, str(Path(__file__).resolve()), flag, "--scale", scale, "--device", device]
+                        for flag in ("--step-time", "--step-profile")]
+
+
+def step_profile(scale: str) -> Path:
+    """The ``gpu_step_profile`` table: each configuration of :data:`STEP_TIME` at ``scale`` profiled on this CUDA
+    device (:func:`distperf.measure.device_busy.step_profile`), one row each with provenance, written atomically after
+    each configuration (a step stopped at its limit keeps what it measured)."""
+    import itertools
+
+    import pandas as pd
+
+    from distperf.config import Config, Layout, Training
+    from distperf.measure.device_busy import step_profile as profile
+    from distperf.presets import model
+
+    g, prov, rows = STEP_TIME[scale], results.provenance(results.resolve_device("cuda")), []
+    out = results.fresh_dir(scale) / "gpu_step_profile.csv"
+    for name, b, precision, recompute in itertools.product(g["model"], g["micro_batch"], ("fp32", "mixed"),
+                                                            ("none", "full")):
+        cfg = Config(model=model(name), layout=Layout(micro_batch=b, microbatches=1, recompute=recompute),
+                     training=Training(precision=precision))
+        rows.append({"model": name, "micro_batch": b, "precision": precision, "recompute": recompute,
+                     **profile(cfg, warmup=g["warmup"]), "scale": scale, **prov})
+        results.write_csv_atomic(pd.DataFrame(rows), out)
+        print(f"{name} b={b} {precision} {recompute}: busy {rows[-1]['busy_fraction']:.0%} of "
+              f"{rows[-1]['wall_s'] * 1e3:.1f} ms", flush=True)
+    return out
 
 
 def run_step(cmd: list[str], limit_s: float) -> str | None:
@@ -138,7 +168,15 @@ def main(argv=None) -> int:
                         help="where to publish (default data/reference)")
     parser.add_argument("--dry-run", action="store_true", help="print the steps and exit")
     parser.add_argument("--step-time", action="store_true", help="run only the gpu_step_time sweep (its step)")
+    parser.add_argument("--step-profile", action="store_true", help="run only the gpu_step_profile step")
     args = parser.parse_args(argv)
+    if args.step_profile:
+        try:
+            step_profile(args.scale)
+        except ValueError as err:
+            print(f"gpu_reference: {err}", file=sys.stderr)
+            return 2
+        return 0
     if args.step_time:
         from distperf.runner.sweep import run_experiment
 
@@ -169,6 +207,9 @@ def main(argv=None) -> int:
         if devices is not None and devices < need:
             print(f"{name}: skipped, it needs {need} CUDA devices and {devices} is visible", flush=True)
             spare += limit
+            continue
+        if devices is None and name in CUDA_ONLY:
+            print(f"{name}: skipped, it needs a CUDA device", flush=True)
             continue
         t0 = time.time()
         why = run_step(cmd, limit + spare)

@@ -25,12 +25,14 @@ spec.loader.exec_module(gpu_reference)
 
 def test_plan_runs_existing_notebooks_and_the_step_sweep_at_the_gpu_scale_within_ten_minutes():
     cmds = gpu_reference.plan("gpu", "cuda")
-    notebooks, sweep = cmds[:-1], cmds[-1]
+    notebooks, own = cmds[:3], cmds[3:]
     assert [Path(c[-2]).stem for c in notebooks] == list(gpu_reference.NOTEBOOK_STEPS)
-    assert [name for name, _, _ in gpu_reference.STEPS] == [*gpu_reference.NOTEBOOK_STEPS, "gpu_step_time"]
+    assert [name for name, _, _ in gpu_reference.STEPS] == [*gpu_reference.NOTEBOOK_STEPS, "gpu_step_time",
+                                                            "gpu_step_profile"]
     assert all((ROOT / c[-2]).is_file() for c in notebooks)
     assert all(c[c.index("scale") + 1] == "gpu" and c[c.index("device") + 1] == "cuda" for c in notebooks)
-    assert sweep[sweep.index("--scale") + 1] == "gpu" and sweep[sweep.index("--device") + 1] == "cuda"
+    assert [c[2] for c in own] == ["--step-time", "--step-profile"]
+    assert all(c[c.index("--scale") + 1] == "gpu" and c[c.index("--device") + 1] == "cuda" for c in own)
     assert sum(limit for _, limit, _ in gpu_reference.STEPS) <= 600
 
 
