@@ -6,9 +6,9 @@ Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, o
 ``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy
 probes and whether they settled, and both modes priced with that profile and with the one the earlier rule gives from
 the same calibration; the runs that recompute with and without the checkpoint's constants; how far the rounds of the
-tensor-parallel path constants move those runs' profiled errors; the median and largest |signed error| of the analytical
-and profiled modes over the held-out configurations and of the exposed communication per kind, against the goals
-(:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
+tensor-parallel path constants and of the pipeline action constants move those runs' profiled errors; the median and
+largest |signed error| of the analytical and profiled modes over the held-out configurations and of the exposed
+communication per kind, against the goals (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
 configuration; what a perfect model would score against these measurements (:mod:`distperf.analysis.goal_floor`) and
 which misses lie outside their measured median's interval (:func:`distperf.analysis.time_model.beyond_noise`); how the
 two instruments of exposed communication compare; the exposed communication's errors per kind; each strategy's median
@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     print("The two rules: " + tm.rounds_rule_sentence(tables, hw, side) + ".")
     print("The two overlap probes: " + tm.overlap_rule_sentence(tables, hw, side) + ".")
     print("Recomputation's checkpoint: " + tm.recompute_rule_sentence(tables, hw) + ".")
-    print("The tensor-parallel path constants' rounds: "
-          + tm.tp_path_sensitivity(tables, hw, tm.path_rounds(side, hw)) + ".")
+    spread = tm.path_rounds(side, hw)
+    print("The tensor-parallel path constants' rounds: " + tm.path_sensitivity(tables, hw, spread) + ".")
+    print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")
     with pd.option_context("display.width", 200):
         print(report(tables, hw))
     return 0

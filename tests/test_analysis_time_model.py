@@ -520,16 +520,34 @@ def test_the_overlap_rule_sentence_prices_both_probes_of_the_same_calibration():
 def test_the_tensor_parallel_path_rounds_reprice_the_runs_they_touch():
     spread = pd.DataFrame([("tp_collective_s", "µs", 3, 100.0, 500.0, 5000.0, 500.0)],
                           columns=["constant", "unit", "rounds", "min", "median", "max", "profile"])
-    text = tm.tp_path_sensitivity(tables(), HW, spread)
+    text = tm.path_sensitivity(tables(), HW, spread)
     low = tm.errors(tables(), replace(HW, kernels=replace(HW.kernels, tp_collective_s=1e-4))).profiled
     high = tm.errors(tables(), replace(HW, kernels=replace(HW.kernels, tp_collective_s=5e-3))).profiled
     moved = (high - low).abs() > 1e-9
     assert moved.sum() == 1 and high[moved].iloc[0] > low[moved].iloc[0]  # only the tp=2 run pays the constant
     assert "tp_collective_s 100 to 5000 µs" in text and "the 1 tensor-parallel run's profiled" in text
     assert f"from {low[moved].iloc[0]:+.1%} to {high[moved].iloc[0]:+.1%}" in text
-    assert tm.tp_path_sensitivity(tables(), HW, spread.iloc[:0]).startswith("the calibration kept no rounds")
+    assert tm.path_sensitivity(tables(), HW, spread.iloc[:0]).startswith("the calibration kept no rounds")
     dp_only = {"regimes": tables()["regimes"].iloc[:2]}
-    assert tm.tp_path_sensitivity(dp_only, HW, spread) == "no held-out run used tensor parallelism"
+    assert tm.path_sensitivity(dp_only, HW, spread) == "no held-out run used tensor parallelism"
+
+
+def test_the_pipeline_action_rounds_reprice_the_pipeline_runs_alone():
+    spread = pd.DataFrame([("pp_action_s", "µs", 6, 400.0, 1300.0, 2100.0, 1300.0),
+                           ("tp_collective_s", "µs", 6, 100.0, 500.0, 5000.0, 500.0)],
+                          columns=["constant", "unit", "rounds", "min", "median", "max", "profile"])
+    piped = {"regimes": pd.concat([tables()["regimes"], pd.DataFrame([
+        row("small", 1.25, 1.0, pp=2, schedule="1f1b", microbatches=4),
+        row("small", 1.25, 1.1, pp=2, schedule="gpipe", microbatches=2)])], ignore_index=True)}
+    text = tm.path_sensitivity(piped, HW, spread, "pipeline")
+    low = tm.errors(piped, replace(HW, kernels=replace(HW.kernels, pp_action_s=4e-4))).profiled
+    high = tm.errors(piped, replace(HW, kernels=replace(HW.kernels, pp_action_s=2.1e-3))).profiled
+    moved = (high - low).abs() > 1e-9
+    assert moved.sum() == 2 and (high[moved] > low[moved]).all()  # a dearer action makes both pipelines longer
+    assert "pp_action_s 400 to 2100 µs" in text and "tp_collective_s" not in text and "the 2 pipeline runs'" in text
+    assert f"median {low[moved].median():+.1%} and {high[moved].median():+.1%}" in text
+    assert tm.path_sensitivity(piped, HW, spread.iloc[1:], "pipeline").startswith("the calibration kept no rounds")
+    assert tm.path_sensitivity(tables(), HW, spread, "pipeline") == "no held-out run used a pipeline"
 
 
 def test_recomputation_is_paired_with_its_twin_and_its_constants_judged_by_the_declared_rule():

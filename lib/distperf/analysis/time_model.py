@@ -823,17 +823,21 @@ def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
 
 
 TP_PATHS = ("tp_collective_s", "tp_sp_collective_s")  # the tensor-parallel path constants of PATH_CONSTANTS
+PIPE_PATHS = ("pp_action_s", "twobw_action_s")  # the pipeline engines' action constants of PATH_CONSTANTS
+PATH_KINDS = {"tensor-parallel": (TP_PATHS, "tensor parallelism"), "pipeline": (PIPE_PATHS, "a pipeline")}
 
 
-def tp_path_sensitivity(tables: dict, hw, spread: pd.DataFrame) -> str:
-    """How far one calibration's rounds move the tensor-parallel runs' profiled predictions, in words: the held-out
-    runs priced with both tensor-parallel path constants (:data:`TP_PATHS`) at the least and at the largest value of
-    the calibration's rounds (``spread``, :func:`path_rounds`) instead of the profile's, every other constant as
-    profiled; the runs are those whose profiled prediction moves between the two."""
+def path_sensitivity(tables: dict, hw, spread: pd.DataFrame, kind: str = "tensor-parallel") -> str:
+    """How far one calibration's rounds move the ``kind`` runs' profiled predictions (a key of :data:`PATH_KINDS`:
+    the tensor-parallel path constants, or the pipeline engines' action constants), in words: the held-out runs priced
+    with those constants at the least and at the largest value of the calibration's rounds (``spread``,
+    :func:`path_rounds`) instead of the profile's, every other constant as profiled; the runs are those whose
+    profiled prediction moves between the two."""
+    names, uses = PATH_KINDS[kind]
     scales = {name: scale for name, scale, _ in PATH_CONSTANTS}
-    found = spread[spread.constant.isin(TP_PATHS)] if len(spread) else spread
+    found = spread[spread.constant.isin(names)] if len(spread) else spread
     if hw is None or hw.kernels is None or not len(found):
-        return "the calibration kept no rounds of its tensor-parallel path probes"
+        return f"the calibration kept no rounds of its {kind} path probes"
 
     def at(column: str) -> pd.DataFrame:
         values = {r.constant: getattr(r, column) / scales[r.constant] for r in found.itertuples()}
@@ -842,15 +846,16 @@ def tp_path_sensitivity(tables: dict, hw, spread: pd.DataFrame) -> str:
     low, high, now = at("min"), at("max"), errors(tables, hw)
     moved = (high.profiled - low.profiled).abs() > 1e-9
     if not moved.any():
-        return "no held-out run used tensor parallelism"
+        return f"no held-out run used {uses}"
     lo, hi, base = low.profiled[moved], high.profiled[moved], now.profiled[moved]
     widest = (hi - lo).idxmax()
     read = "; ".join(f"{r.constant} {r.min:.0f} to {r.max:.0f} {r.unit}" for r in found.itertuples())
     whose = "run's" if moved.sum() == 1 else "runs'"
     return (f"over the calibration's {int(found.rounds.max())} rounds {read}; priced at the least and at the largest "
-            f"instead of the profile's, the {int(moved.sum())} tensor-parallel {whose} profiled signed errors lie "
-            f"between {min(lo.min(), hi.min()):+.1%} and {max(lo.max(), hi.max()):+.1%}, against {base.min():+.1%} to "
-            f"{base.max():+.1%} as profiled; the widest, {now.strategy[widest]} ({now.experiment[widest]}, measured "
+            f"instead of the profile's, the {int(moved.sum())} {kind} {whose} profiled signed errors lie "
+            f"between {min(lo.min(), hi.min()):+.1%} and {max(lo.max(), hi.max()):+.1%} (median {lo.median():+.1%} "
+            f"and {hi.median():+.1%}), against {base.min():+.1%} to {base.max():+.1%} as profiled (median "
+            f"{base.median():+.1%}); the widest, {now.strategy[widest]} ({now.experiment[widest]}, measured "
             f"{now.measured_s[widest]:.3f} s), from {lo[widest]:+.1%} to {hi[widest]:+.1%}")
 
 
