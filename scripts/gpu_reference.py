@@ -56,6 +56,7 @@ CUDA_ONLY = ("gpu_step_profile",)  # device time exists only on a device: skippe
 
 # One device's training steps: each model at microbatch 1 and 8, fp32 and mixed precision, with and without full
 # recomputation, one microbatch per step; timed over `steps` after `warmup`, three repeats in fresh processes.
+STEP_PRECISIONS, STEP_RECOMPUTE = ("fp32", "mixed"), ("none", "full")
 STEP_TIME = {
     "smoke": dict(model=["tiny"], micro_batch=[1, 2], steps=3, warmup=1, hardware="H200"),
     "cpu": dict(model=["tiny"], micro_batch=[1, 2], steps=3, warmup=1, hardware="H200"),
@@ -69,8 +70,8 @@ def step_time_experiment(scale: str, device: str) -> dict:
     return {"name": "gpu_step_time", "command": "run", "timeout": 120, "repeats": 3,
             "base": {"microbatches": 1, "steps": g["steps"], "warmup": g["warmup"], "device": device,
                      "hardware": g["hardware"]},
-            "grid": {"model": g["model"], "micro-batch": g["micro_batch"], "precision": ["fp32", "mixed"],
-                     "recompute": ["none", "full"]}}
+            "grid": {"model": g["model"], "micro-batch": g["micro_batch"], "precision": list(STEP_PRECISIONS),
+                     "recompute": list(STEP_RECOMPUTE)}}
 
 
 def plan(scale: str, device: str) -> list[list[str]]:
@@ -96,8 +97,8 @@ def step_profile(scale: str) -> Path:
 
     g, prov, rows = STEP_TIME[scale], results.provenance(results.resolve_device("cuda")), []
     out = results.fresh_dir(scale) / "gpu_step_profile.csv"
-    for name, b, precision, recompute in itertools.product(g["model"], g["micro_batch"], ("fp32", "mixed"),
-                                                            ("none", "full")):
+    for name, b, precision, recompute in itertools.product(g["model"], g["micro_batch"], STEP_PRECISIONS,
+                                                            STEP_RECOMPUTE):
         cfg = Config(model=model(name), layout=Layout(micro_batch=b, microbatches=1, recompute=recompute),
                      training=Training(precision=precision))
         rows.append({"model": name, "micro_batch": b, "precision": precision, "recompute": recompute,

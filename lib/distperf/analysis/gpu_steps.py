@@ -23,7 +23,7 @@ import statistics
 from ..cost import predict
 from ..hardware import PRESETS
 from .published_time import scaled
-from .repeats import by_configuration
+from .repeats import fold
 from .rows import config_of_row
 
 EXPERIMENT = "gpu_step_time"
@@ -32,30 +32,28 @@ SMALL_FIXED = 0.2  # a step whose fixed part is under this share of it is priced
 
 
 def table(frame, constants: tuple[float, float, float]):
-    """One row per configuration and machine of a ``gpu_step_time`` table: its measured median step over the repeats
-    with the 95 % interval (:func:`distperf.analysis.repeats.by_configuration`), the datasheet and the fitted
-    prediction with their signed errors, and repeat 0's measured peak memory with the run's own signed errors of
-    the activations and of the total."""
+    """One row per configuration and machine of a ``gpu_step_time`` table, its repeats folded
+    (:func:`distperf.analysis.repeats.fold`): its measured median step over the repeats with the 95 % interval, the
+    datasheet and the fitted prediction with their signed errors, and repeat 0's measured peak memory with the run's
+    own signed errors of the activations and of the total."""
     import pandas as pd
 
-    per = by_configuration(frame)
-    first = frame[(frame["status"] == "ok") & (frame["repeat"].fillna(0) == 0)].set_index("config_hash")
     out = []
-    for _, row in per.iterrows():
+    for _, row in fold(frame).iterrows():
         cfg = config_of_row(row)
         hw = PRESETS[row["arg.hardware"]]
+        measured = row["iteration_time_s.median"]
         datasheet = _iteration(cfg, hw)
         fitted = _iteration(cfg, scaled(hw, *constants))
-        memory = first.loc[row["config_hash"]] if row["config_hash"] in first.index else None
         out.append({"machine": row["machine"], "model": cfg.model.name, "micro_batch": cfg.layout.micro_batch,
                     "precision": cfg.training.precision, "recompute": cfg.layout.recompute, "repeats": row["repeats"],
-                    "measured_s": row["median_s"], "ci_low_s": row["ci_low_s"], "ci_high_s": row["ci_high_s"],
-                    "datasheet_s": datasheet, "datasheet_error": datasheet / row["median_s"] - 1,
-                    "fitted_s": fitted, "fitted_error": fitted / row["median_s"] - 1,
-                    "memory_bytes": memory["memory_bytes.total"] if memory is not None else float("nan"),
-                    "activations_error": memory["error.memory_bytes.activations"] if memory is not None
-                    else float("nan"),
-                    "memory_error": memory["error.memory_bytes.total"] if memory is not None else float("nan")})
+                    "measured_s": measured, "ci_low_s": row["iteration_time_s.ci_low"],
+                    "ci_high_s": row["iteration_time_s.ci_high"],
+                    "datasheet_s": datasheet, "datasheet_error": datasheet / measured - 1,
+                    "fitted_s": fitted, "fitted_error": fitted / measured - 1,
+                    "memory_bytes": row["memory_bytes.total"],
+                    "activations_error": row["error.memory_bytes.activations"],
+                    "memory_error": row["error.memory_bytes.total"]})
     return pd.DataFrame(out).sort_values(list(KEYS), ignore_index=True)
 
 
