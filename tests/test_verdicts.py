@@ -69,6 +69,16 @@ def test_robustness_names_the_thresholds_that_change_the_verdict():
     assert '≥ 5.0% gives "not reproduced"' in text and '≥ 10.0% gives "not reproduced"' in text
 
 
+def test_a_value_that_misses_never_prints_as_its_threshold():
+    at_most = verdicts.Criterion("x", "x", "<=", 0.25, ".0%", "why", "holds", "fails")
+    assert at_most.show(0.2512) == "25.1%" and not at_most.met(0.2512)
+    assert at_most.show(0.2500) == "25%" and at_most.show(0.2449) == "24%" and at_most.show(0.31) == "31%"
+    assert at_most.show(0.25 + 1e-12) == "25.000000%"  # six more digits at most
+    at_least = verdicts.Criterion("y", "y", ">=", 1.0, ".2f", "why", "holds", "fails")
+    assert at_least.show(0.999) == "0.999" and at_least.show(1.001) == "1.001" and at_least.show(0.98) == "0.98"
+    assert "(rule: ≤ 25%, not met)" in at_most.sentence(0.2512) and "is 25.1%" in at_most.sentence(0.2512)
+
+
 def test_helpers():
     assert verdicts.threshold("time_breakdown", "profiled_median") == 0.05
     assert verdicts.share(1, 4) == 0.25 and math.isnan(verdicts.share(0, 0))

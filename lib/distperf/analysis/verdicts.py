@@ -21,6 +21,7 @@ the verdict and every sentence built here change with them.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -71,11 +72,23 @@ class Criterion:
         return bool(value <= limit) if self.op == "<=" else bool(value >= limit)
 
     def show(self, value: float) -> str:
-        return format(value, self.fmt)
+        """``value`` in the criterion's format, with as many more digits as it takes not to print as the threshold
+        when it differs from it (0.2512 against at most 0.25 prints 25.1%, not 25%, which would read as met)."""
+        text, limit = format(value, self.fmt), format(self.threshold, self.fmt)
+        digits = re.fullmatch(r"\.(\d+)([%fg])", self.fmt)
+        if text != limit or value == self.threshold or digits is None:
+            return text
+        for more in range(int(digits[1]) + 1, int(digits[1]) + 7):
+            fmt = f".{more}{digits[2]}"
+            text = format(value, fmt)
+            if text != format(self.threshold, fmt):
+                break
+        return text
 
     def rule(self, threshold: float | None = None) -> str:
         """'≤ 10 %'-style: the comparison and the threshold."""
-        return f"{'≤' if self.op == '<=' else '≥'} {self.show(self.threshold if threshold is None else threshold)}"
+        limit = self.threshold if threshold is None else threshold
+        return f"{'≤' if self.op == '<=' else '≥'} {format(limit, self.fmt)}"
 
     def sentence(self, value) -> str:
         """The statistic, its value, the rule and what the result means."""

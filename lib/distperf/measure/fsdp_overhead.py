@@ -1,0 +1,114 @@
+"""What FSDP2 computes around a layer beyond the layer itself: ``python -m distperf.measure.fsdp_overhead``.
+
+The profiled mode times each rank's part as a plain layer at the shard's shapes (:mod:`distperf.measure.parts`), so
+nothing FSDP2 does per unit enters either mode but its collectives and a per-unit Python cost. This probe runs one
+Transformer layer (:class:`distperf.model.Block`) forward and backward on two gloo ranks at once, pinned to a core
+each as a run's ranks are, first plain and then under ``fully_shard`` (ZeRO-3: ``reshard_after_forward=True``; or
+ZeRO-2), and prints each one's median step and, from torch's profiler, the operators that took most of rank 0's
+step by self time (communication included: FSDP2's collectives are in the sharded step). A probe, not part of the
+model: the chapter "Where the time goes" quotes what it measured.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+from ..config import ConfigError
+from ..presets import MODELS
+from .calibrate import _join, _spawned
+
+MAX_LAYER_ELEMENTS = 2**28
+
+
+def _rank(rank: int, model: str, zero: int, steps: int, top: int, out: str) -> None:
+    """One of the two ranks (spawned): times the plain layer, then the sharded one; rank 0 writes the results."""
+    import json
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.profiler import ProfilerActivity, profile
+
+    from ..model import Block
+
+    torch.set_num_threads(1)
+    placement = _join(rank, 2, out, "gloo")
+    spec = MODELS[model]
+    x = torch.randn(1, spec.seq, spec.hidden)
+    results = {"placement": placement}
+    for name in ("plain", "sharded"):
+        torch.manual_seed(0)
+        block = Block(spec)
+        if name == "sharded":
+            fully_shard(block, mesh=init_device_mesh("cpu", (2,)), reshard_after_forward=zero == 3)
+
+        def step():
+            block(x).sum().backward()
+
+        for _ in range(2):
+            step()
+        times = []
+        for _ in range(steps):
+            dist.barrier()
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        dist.barrier()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        ops = sorted(((e.key, e.self_cpu_time_total / 1e6 / steps, e.count / steps) for e in prof.key_averages()),
+                     key=lambda op: -op[1])
+        results[name] = {"median_s": statistics.median(times), "steps_s": times, "ops": ops[:top]}
+    dist.barrier()
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def fsdp_overhead(model: str = "wide", zero: int = 3, steps: int = 10, top: int = 12, timeout: float = 300.0) -> dict:
+    """{placement, plain, sharded}: each with ``median_s`` (a forward and backward of one layer at micro-batch 1),
+    ``steps_s`` and ``ops`` ([name, self seconds per step, calls per step] of rank 0, the ``top`` largest); raises
+    ConfigError for a model or ZeRO stage it cannot run and TimeoutError past ``timeout``."""
+    if model not in MODELS:
+        raise ConfigError("model", f"must be one of {', '.join(sorted(MODELS))}, got {model!r}")
+    if 12 * MODELS[model].hidden ** 2 > MAX_LAYER_ELEMENTS:
+        raise ConfigError("model", f"a layer of {model} has about 12·hidden² = {12 * MODELS[model].hidden ** 2:,} "
+                                   f"parameters; this probe runs layers of at most {MAX_LAYER_ELEMENTS:,} (1 GiB in fp32)")
+    if zero not in (2, 3):
+        raise ConfigError("zero", f"FSDP2 runs ZeRO-2 or ZeRO-3, got {zero!r}")
+    if steps < 1 or top < 1:
+        raise ConfigError("steps", f"steps and top must be at least 1, got {steps} and {top}")
+    return _spawned(_rank, 2, lambda out: (model, zero, steps, top, out), timeout, "the FSDP2 probe")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="wide", help="a preset (default wide: hidden 1024, sequence 256)")
+    parser.add_argument("--zero", type=int, default=3, help="2 or 3 (default 3)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps, and profiled steps (default 10)")
+    parser.add_argument("--top", type=int, default=12, help="operators listed (default 12)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the ranks are killed")
+    args = parser.parse_args(argv)
+    try:
+        found = fsdp_overhead(args.model, args.zero, args.steps, args.top, args.timeout)
+    except (ConfigError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.model}, ZeRO-{args.zero}, two gloo ranks ({'pinned' if found['placement']['pinned'] else 'not pinned'})")
+    for name in ("plain", "sharded"):
+        run = found[name]
+        print(f"{name}: median step {run['median_s'] * 1e3:.1f} ms (of {len(run['steps_s'])}: "
+              f"{min(run['steps_s']) * 1e3:.1f} to {max(run['steps_s']) * 1e3:.1f} ms); rank 0's operators by self time:")
+        for op, seconds, calls in run["ops"]:
+            print(f"  {op:48s} {seconds * 1e3:8.2f} ms  ×{calls:g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
