@@ -231,7 +231,7 @@ def time_collective(collective: str, group, peers: tuple[int, int], nbytes: int,
     return numel * 4, statistics.median(times)
 
 
-def _join(rank: int, world: int, out: str, backend: str) -> dict:
+def join_spawned(rank: int, world: int, out: str, backend: str) -> dict:
     """Join the spawned ranks' process group through a file beside ``out`` (no store listening on the network)
     and, on Linux, keep gloo's connections on loopback; on CPU, pin the rank to a core of its own as a run's ranks
     are (:func:`distperf.launch.pin_rank`). Returns the rank's placement (``pinned``, ``cores``, ``reason``).
@@ -262,7 +262,7 @@ def _bench_rank(rank: int, world: int, sizes, reps: int, backend: str, out: str)
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
-    _join(rank, world, out, backend)
+    join_spawned(rank, world, out, backend)
     rows = []
     for n in range(2, world + 1):
         group = dist.new_group(list(range(n)))
@@ -285,13 +285,13 @@ def _bench_rank(rank: int, world: int, sizes, reps: int, backend: str, out: str)
 def collective_times(ranks: int, sizes, reps: int = 10, device="cpu", timeout: float = 120.0) -> list[dict]:
     """[{collective, ranks, bytes, seconds}] for 2…``ranks`` ranks; raises TimeoutError past ``timeout``."""
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
-    return _spawned(_bench_rank, ranks, lambda out: (ranks, tuple(sizes), reps, backend, out), timeout,
-                    "the collective benchmark")
+    return spawned_ranks(_bench_rank, ranks, lambda out: (ranks, tuple(sizes), reps, backend, out), timeout,
+                         "the collective benchmark")
 
 
-def _spawned(target, ranks: int, args, timeout: float, what: str):
+def spawned_ranks(target, ranks: int, args, timeout: float, what: str):
     """Run ``target(rank, *args(out))`` on ``ranks`` spawned processes with one thread each (``out``: a temporary
-    output file, beside which the ranks meet, :func:`_join`); return the JSON rank 0 wrote there. Raises TimeoutError past ``timeout``, and
+    output file, beside which the ranks meet, :func:`join_spawned`); return the JSON rank 0 wrote there. Raises TimeoutError past ``timeout``, and
     kills what is left."""
     import torch.multiprocessing as mp
 
@@ -331,7 +331,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 
     torch.set_num_threads(1)
     placement = [None] * world
-    dist.all_gather_object(placement, _join(rank, world, out, "gloo"))
+    dist.all_gather_object(placement, join_spawned(rank, world, out, "gloo"))
     device = torch.device("cpu")
     a = torch.randn(192, 192)
 
@@ -637,7 +637,7 @@ def mean_over_ranks(seconds: float) -> float:
 
 def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.0) -> dict:
     """Collectives and kernels as a training step meets them, on ``ranks`` CPU ranks over gloo (spawned, one thread
-    each, pinned as a run's ranks are: ``placement``, one record per rank, :func:`_join`): ``issued``, each
+    each, pinned as a run's ranks are: ``placement``, one record per rank, :func:`join_spawned`): ``issued``, each
     collective issued after a burst of matrix products (about a millisecond), as a step issues it between its
     operators — the time it adds to the burst, no barrier before it, the slowest rank's
     median ([{collective, ranks, bytes, seconds}], as :func:`collective_times`); ``contention``, the time of a
@@ -653,8 +653,8 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     (:mod:`distperf.measure.rounds`; ``issued_rounds``, ``path_rounds``: each round; ``rounds``: how many, whether they
     settled, the last round's moves), the issued times and the paths the rounds' medians. Raises TimeoutError past
     ``timeout`` plus the rounds' budget."""
-    return _spawned(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out), timeout + ROUNDS_BUDGET_S,
-                    "the training-conditions benchmark")
+    return spawned_ranks(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out),
+                         timeout + ROUNDS_BUDGET_S, "the training-conditions benchmark")
 
 
 # --- the whole calibration ---------------------------------------------------------------------

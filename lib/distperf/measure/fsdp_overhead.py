@@ -19,7 +19,7 @@ import torch
 
 from ..config import ConfigError
 from ..presets import MODELS
-from .calibrate import _join, _spawned
+from .calibrate import join_spawned, spawned_ranks
 
 MAX_LAYER_ELEMENTS = 2**28
 
@@ -36,7 +36,7 @@ def _rank(rank: int, model: str, zero: int, steps: int, top: int, out: str) -> N
     from ..model import Block
 
     torch.set_num_threads(1)
-    placement = _join(rank, 2, out, "gloo")
+    placement = join_spawned(rank, 2, out, "gloo")
     spec = MODELS[model]
     x = torch.randn(1, spec.seq, spec.hidden)
     results = {"placement": placement}
@@ -77,14 +77,15 @@ def fsdp_overhead(model: str = "wide", zero: int = 3, steps: int = 10, top: int 
     ConfigError for a model or ZeRO stage it cannot run and TimeoutError past ``timeout``."""
     if model not in MODELS:
         raise ConfigError("model", f"must be one of {', '.join(sorted(MODELS))}, got {model!r}")
-    if 12 * MODELS[model].hidden ** 2 > MAX_LAYER_ELEMENTS:
-        raise ConfigError("model", f"a layer of {model} has about 12·hidden² = {12 * MODELS[model].hidden ** 2:,} "
-                                   f"parameters; this probe runs layers of at most {MAX_LAYER_ELEMENTS:,} (1 GiB in fp32)")
+    elements = 12 * MODELS[model].hidden ** 2
+    if elements > MAX_LAYER_ELEMENTS:
+        raise ConfigError("model", f"a layer of {model} has about 12·hidden² = {elements:,} parameters; this probe "
+                                   f"runs layers of at most {MAX_LAYER_ELEMENTS:,} (1 GiB in fp32)")
     if zero not in (2, 3):
         raise ConfigError("zero", f"FSDP2 runs ZeRO-2 or ZeRO-3, got {zero!r}")
     if steps < 1 or top < 1:
         raise ConfigError("steps", f"steps and top must be at least 1, got {steps} and {top}")
-    return _spawned(_rank, 2, lambda out: (model, zero, steps, top, out), timeout, "the FSDP2 probe")
+    return spawned_ranks(_rank, 2, lambda out: (model, zero, steps, top, out), timeout, "the FSDP2 probe")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TimeoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{args.model}, ZeRO-{args.zero}, two gloo ranks ({'pinned' if found['placement']['pinned'] else 'not pinned'})")
+    pinned = "pinned" if found["placement"]["pinned"] else "not pinned"
+    print(f"{args.model}, ZeRO-{args.zero}, two gloo ranks ({pinned})")
     for name in ("plain", "sharded"):
         run = found[name]
         print(f"{name}: median step {run['median_s'] * 1e3:.1f} ms (of {len(run['steps_s'])}: "
-              f"{min(run['steps_s']) * 1e3:.1f} to {max(run['steps_s']) * 1e3:.1f} ms); rank 0's operators by self time:")
+              f"{min(run['steps_s']) * 1e3:.1f} to {max(run['steps_s']) * 1e3:.1f} ms); "
+              "rank 0's operators by self time:")
         for op, seconds, calls in run["ops"]:
             print(f"  {op:48s} {seconds * 1e3:8.2f} ms  ×{calls:g}")
     return 0
