@@ -16,7 +16,8 @@ def test_the_probe_times_the_plain_and_the_sharded_layer_on_two_ranks():
 
 
 @pytest.mark.parametrize("kwargs, field", [({"model": "nope"}, "model"), ({"model": "gpt3-175b"}, "model"),
-                                           ({"zero": 1}, "zero"), ({"steps": 0}, "steps")])
+                                           ({"zero": 1}, "zero"), ({"steps": 0}, "steps"),
+                                           ({"top": 0}, "top")])
 def test_what_the_probe_cannot_run_is_refused_before_any_process_starts(kwargs, field):
     with pytest.raises(ConfigError) as e:
         fsdp_overhead(**kwargs)

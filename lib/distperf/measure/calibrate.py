@@ -291,8 +291,8 @@ def collective_times(ranks: int, sizes, reps: int = 10, device="cpu", timeout: f
 
 def spawned_ranks(target, ranks: int, args, timeout: float, what: str):
     """Run ``target(rank, *args(out))`` on ``ranks`` spawned processes with one thread each (``out``: a temporary
-    output file, beside which the ranks meet, :func:`join_spawned`); return the JSON rank 0 wrote there. Raises TimeoutError past ``timeout``, and
-    kills what is left."""
+    output file, beside which the ranks meet, :func:`join_spawned`); return the JSON rank 0 wrote there. Raises
+    TimeoutError past ``timeout``, and kills what is left."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="distperf-calibrate-") as tmp:

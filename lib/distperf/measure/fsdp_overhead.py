@@ -83,8 +83,9 @@ def fsdp_overhead(model: str = "wide", zero: int = 3, steps: int = 10, top: int 
                                    f"runs layers of at most {MAX_LAYER_ELEMENTS:,} (1 GiB in fp32)")
     if zero not in (2, 3):
         raise ConfigError("zero", f"FSDP2 runs ZeRO-2 or ZeRO-3, got {zero!r}")
-    if steps < 1 or top < 1:
-        raise ConfigError("steps", f"steps and top must be at least 1, got {steps} and {top}")
+    for field, value in (("steps", steps), ("top", top)):
+        if type(value) is not int or value < 1:
+            raise ConfigError(field, f"must be a whole number of at least 1, got {value!r}")
     return spawned_ranks(_rank, 2, lambda out: (model, zero, steps, top, out), timeout, "the FSDP2 probe")
 
 
