@@ -501,7 +501,8 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
     """The predicted iteration of ``cfg`` on ``hw`` (with kernels; DDP buckets of ``bucket_bytes``, else torch's
     default) in the classes of the measured breakdown, for the
     pipeline rank with the most compute: matrix products, attention, other operators, framework (×m microbatches;
-    the gradients' accumulation in other operators, the step's fixed Python in framework), optimizer, and the
+    the gradients' accumulation and FSDP2's units by their size, :func:`fsdp_units_time`, in other operators, the
+    step's fixed Python in framework), optimizer, and the
     exposed communication and bubble of the prediction."""
     from ..cost import predict
     from ..cost.predict import DDP_BUCKET_BYTES, rank_spans
@@ -514,7 +515,7 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
     busiest = max(range(len(spans)), key=lambda r: sum(f + b for f, b in per_rank[r].values()))
     classes = {c: m * sum(per_rank[busiest][c]) for c in kn.CLASSES}
     accumulate = (m - 1) * accumulate_time(cfg.model, lay, hw, spans[busiest])
-    classes["other_operators"] += accumulate
+    classes["other_operators"] += accumulate + fsdp_units_time(cfg, hw, spans[busiest])
     t = out["time_s"]
     per_step = hw.kernels.step_s + (hw.kernels.ddp_step_s if lay.dp > 1 and lay.zero < 2 else 0.0)
     classes["framework"] += per_step
@@ -522,6 +523,20 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
     classes["communication"] = t["communication_exposed"]
     classes["bubble"] = t["bubble"]
     return classes
+
+
+def fsdp_units_time(cfg, hw, span) -> float:
+    """Seconds a step of ``cfg`` spends in the rank's FSDP2 units by their size (the profile's ``fsdp_units``,
+    :func:`distperf.cost.stage.fsdp_unit_work`): m times their per-microbatch part and their per-step part; 0 for
+    other strategies or without the table. Where a run's breakdown files it: FSDP2's copies are other operators."""
+    from ..cost.stage import Compute, fsdp_unit_work, model_states
+
+    lay = cfg.layout
+    if not hw.kernels.fsdp_units or lay.zero < 2 or lay.dp < 2:
+        return 0.0
+    units = model_states(cfg.model, lay, cfg.training, span).units
+    work, step = fsdp_unit_work(hw.kernels, lay.zero, lay.dp, units, Compute(0.0, 0.0))
+    return lay.microbatches * (work.forward + work.backward) + step
 
 
 def constants_table(hw) -> pd.DataFrame:
@@ -596,6 +611,10 @@ def constants_table(hw) -> pd.DataFrame:
               ("tp_recompute_core_s", "attention core", "the same, selective"),
               ("tp_sp_recompute_layer_s", "layer", "the same, sequence parallel"),
               ("tp_sp_recompute_core_s", "attention core", "the same, sequence parallel and selective"))),
+        ("fsdp_units", _fsdp_units_value(k.fsdp_units),
+         "µs per unit (per microbatch, per step) at the unit size shown (million elements)",
+         "one Block (s 64, h 384 to 1152) on every rank plain and under fully_shard without and with gradient "
+         "synchronization, less the model's gathers, reduce-scatter and fsdp_unit_s; by ZeRO stage, at least 0"),
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
          "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: a "
@@ -605,6 +624,16 @@ def constants_table(hw) -> pd.DataFrame:
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")
              for kind, a, b in hw.collectives]
     return pd.DataFrame(rows, columns=["constant", "value", "unit", "microbenchmark"])
+
+
+def _fsdp_units_value(table: tuple) -> str:
+    """The ``fsdp_units`` table in a cell: its size and, per ZeRO stage, its largest unit's row."""
+    if not table:
+        return "not measured"
+    largest = {zero: max((r for r in table if r[1] == zero), key=lambda r: r[0])
+               for zero in sorted({r[1] for r in table})}
+    return f"{len(table)} rows; " + "; ".join(f"ZeRO-{z} at {n / 1e6:.3g}: {mb * 1e6:.3g}, {st * 1e6:.3g}"
+                                              for z, (n, _, mb, st) in largest.items())
 
 
 CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"))

@@ -24,9 +24,10 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   not measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every
   validation), and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel
   layer's DTensor dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``)
-  per microbatch, DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter
-  (``adam_dtensor_tensor_s``); what recomputation (``torch.utils.checkpoint``) costs beyond the kernels of the
-  forward it repeats, per recomputed layer (full) or attention core (selective): its hooks on every saved tensor,
+  per microbatch, and by the unit's size what FSDP2's copies into and out of its flat buffers cost beyond that and
+  beyond its collectives as priced (``fsdp_units``: :func:`fsdp_unit_extra`), DDP's per step (``ddp_step_s``), and
+  Adam's extra per DTensor parameter (``adam_dtensor_tensor_s``); what recomputation (``torch.utils.checkpoint``)
+  costs beyond the kernels of the forward it repeats, per recomputed layer (full) or attention core (selective): its hooks on every saved tensor,
   its bookkeeping and, under DTensor, the repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``;
   ``tp_…`` and ``tp_sp_…`` for tensor- and sequence-parallel layers); and, measured on the calibration's ranks, a
   pipeline action's cost in torch's pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``):
@@ -118,6 +119,10 @@ class KernelCosts:
     fsdp_overlap: float = 1.0
     # the calibration's speed probe (measure.speed: gemm_s, elementwise_s, python_s), () where it took none
     probe: tuple = ()
+    # what an FSDP2 unit costs by its size beyond fsdp_unit_s and its collectives as the model prices them (copies in
+    # and out of its flat buffers, fresh pages above the allocator's mmap threshold): ((elements, zero,
+    # microbatch_s, step_s), …), measured on the calibration's ranks (:func:`fsdp_unit_extra`); () where not measured
+    fsdp_units: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -140,13 +145,16 @@ class KernelCosts:
                   overlap=float(data.get("contention", {}).get("overlap", 1.0)),
                   fsdp_overlap=float(data.get("contention", {}).get("fsdp", 1.0)),
                   probe=tuple(float(data["probe"][k]) for k in PROBE_PARTS) if data.get("probe") else (),
+                  fsdp_units=tuple((int(e), int(z), float(mb), float(st)) for e, z, mb, st
+                                   in data.get("fsdp_units", ())),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
                     out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
-                    *(getattr(out, k) for k in WRAPPERS), *out.probe]
+                    *(getattr(out, k) for k in WRAPPERS), *out.probe,
+                    *(x for row in out.fsdp_units for x in row)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
                 for x in numbers):
@@ -177,7 +185,7 @@ class KernelCosts:
         if "optimizer" in terms:
             changes["adam"] = ()
         if "framework" in terms:
-            changes.update(module_call_s=0.0, backward_call_s=0.0, step_s=0.0,
+            changes.update(module_call_s=0.0, backward_call_s=0.0, step_s=0.0, fsdp_units=(),
                            **{k: 0.0 for k in WRAPPERS if k not in PATH_COLLECTIVES})
         if "collectives" in terms:
             changes.update(dict.fromkeys(PATH_COLLECTIVES, 0.0))
@@ -199,7 +207,34 @@ class KernelCosts:
                        attention=scaled(self.attention, 3, g), elementwise=scaled(self.elementwise, 2, e),
                        view=tuple(x * e for x in self.view), adam=scaled(self.adam, 1, e),
                        module_call_s=self.module_call_s * p, backward_call_s=self.backward_call_s * p,
-                       step_s=self.step_s * p, **{k: getattr(self, k) * p for k in WRAPPERS})
+                       step_s=self.step_s * p, **{k: getattr(self, k) * p for k in WRAPPERS},
+                       fsdp_units=tuple((n, z, mb * e, st * e) for n, z, mb, st in self.fsdp_units))
+
+
+@lru_cache(maxsize=4096)
+def fsdp_unit_extra(costs: KernelCosts, zero: int, elements: int) -> tuple[float, float]:
+    """(per microbatch, per step) seconds an FSDP2 unit of ``elements`` parameters (unsharded, padded) costs under
+    ZeRO-``zero`` beyond ``fsdp_unit_s`` and its collectives as the cost model prices them: linear in the elements
+    between the table's rows (``fsdp_units``) of that stage, proportional to them below the first row and above the
+    last; (0, 0) without rows. The microbatch part is the gathers' (every microbatch), the step part the gradient
+    reduction's (once per step, after the last backward).
+
+    Why by size: FSDP2 copies each unit's shards into a flat buffer before its all-gather and out of it after,
+    concatenates the unsharded gradients before the reduce-scatter (gloo then copies its input once more), and
+    allocates those buffers afresh at every call; above glibc's largest mmap threshold (32 MiB) each is a fresh
+    mapping whose pages fault in as they are first written (on the 2-core machine about 0.42 ms per MiB, against
+    0.08 ms per MiB to copy into memory already touched). So the cost per element jumps between units of 28 and
+    38 MiB; a constant fitted on one unit size cannot follow it."""
+    rows = sorted((n, mb, st) for n, z, mb, st in costs.fsdp_units if z == zero)
+    if not rows or elements <= 0:
+        return 0.0, 0.0
+    if elements <= rows[0][0] or elements >= rows[-1][0]:
+        n, mb, st = rows[0] if elements <= rows[0][0] else rows[-1]
+        return mb * elements / n, st * elements / n
+    i = bisect.bisect_right([r[0] for r in rows], elements)
+    (n0, mb0, st0), (n1, mb1, st1) = rows[i - 1], rows[i]
+    w = (elements - n0) / (n1 - n0)
+    return mb0 + (mb1 - mb0) * w, st0 + (st1 - st0) * w
 
 
 def _rows(value) -> tuple:

@@ -191,14 +191,15 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         iteration, finish, slowest, last = -1.0, 0.0, ranks[0], 0
         drain = 0.0  # how long the flush still runs after rank r's last backward: ranks r − 1 … 0
         for r, rank in enumerate(ranks):
-            end = pipe - drain + rank.step_exposed + rank.optimizer + (m - 1) * rank.accumulate
+            end = pipe - drain + rank.step_exposed + rank.optimizer + (m - 1) * rank.accumulate + rank.step_compute
             if end > iteration:
                 iteration, finish, slowest, last = end, pipe - drain, rank, r
             drain += rank.drain / v
     else:  # no flush: in steady state every rank keeps the pace of the slowest
         def busy(rank):
             """The rank's step without waits: m microbatches, its step's exposed tail, updates, accumulation."""
-            return m * rank.microbatch + rank.step_exposed + updates * rank.optimizer + (m - 1) * rank.accumulate
+            return (m * rank.microbatch + rank.step_exposed + updates * rank.optimizer + (m - 1) * rank.accumulate
+                    + rank.step_compute)
 
         busy_times = [busy(rank) for rank in distinct]
         slowest_distinct = busy_times.index(max(busy_times))
@@ -209,7 +210,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             wait = tied_update_wait(ranks)
             if busy(ranks[-1]) + wait > busy(slowest):
                 slowest, last, finish = ranks[-1], p - 1, m * ranks[-1].microbatch + wait
-        iteration = finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
+        iteration = (finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
+                     + slowest.step_compute)
     bubble = finish - m * slowest.microbatch
 
     rows = []  # what each distinct rank sends in a step, per kind: algorithmic, then on gloo's wire
@@ -240,7 +242,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                         "tensor_parallel": ("all-gather + reduce-scatter" if sp else "all-reduce") if t > 1 else "none",
                         "pipeline_parallel": ("send/recv" + (" + all-reduce (tied embeddings)" if spec.tied else ""))
                         if p > 1 else "none"},
-        "time_s": {"compute": m * slowest.compute + updates * slowest.optimizer + (m - 1) * slowest.accumulate,
+        "time_s": {"compute": m * slowest.compute + updates * slowest.optimizer + (m - 1) * slowest.accumulate
+                              + slowest.step_compute,
                    "communication_exposed": m * slowest.exposed + slowest.step_exposed,
                    "bubble": bubble, "iteration": iteration},
         "bubble_fraction": bubble / iteration if iteration > 0 else 0.0,

@@ -103,6 +103,7 @@ class StageCosts:
     step_exposed: float  # communication after the last backward (data parallel, tied embeddings)
     optimizer: float  # one optimizer step
     accumulate: float  # adding one microbatch's gradients to the accumulated ones (measured kernels; else 0)
+    step_compute: float  # work once per step outside the microbatches and the optimizer (FSDP2's reduction copies)
     data_parallel: Traffic
     tensor_parallel: Traffic
     pipeline_parallel: Traffic
@@ -365,17 +366,34 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
             found = _TERMS[key] = (_optimizer(spec, lay, tr, hw, span, states, convention, measured),
                                    accumulate_time(spec, lay, hw, span))
         optimizer, accumulate = found
+    step_compute = 0.0
+    if hw.kernels is not None and hw.kernels.fsdp_units and states.units and convention == "trainer":
+        work, step_compute = fsdp_unit_work(hw.kernels, zero, lay.dp, states.units, work)
+        if lay.schedule == "pipedream":  # it reduces after every microbatch
+            work, step_compute = Compute(work.forward, work.backward + step_compute), 0.0
     exposed = tp.time + pp.sends * pp.send_time + dp.exposed_microbatch
     d, t, p = dp.traffic, tp.traffic, pp.traffic
     return StageCosts(states=states, microbatch=work.forward + work.backward + exposed,
                       compute=work.forward + work.backward, exposed=exposed,
                       drain=work.backward + tp.backward + pp.send_time,
                       step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
-                      optimizer=optimizer, accumulate=accumulate,
+                      optimizer=optimizer, accumulate=accumulate, step_compute=step_compute,
                       data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic,
                       step_bytes=(d.step, t.step, p.step, d.wire_step, t.wire_step, p.wire_step),
                       microbatch_bytes=(d.microbatch, t.microbatch, p.microbatch, d.wire_microbatch,
                                         t.wire_microbatch, p.wire_microbatch))
+
+
+def fsdp_unit_work(costs: kn.KernelCosts, zero: int, dp: int, units: tuple, work: Compute) -> tuple[Compute, float]:
+    """``work`` with what the rank's FSDP2 units cost by their size (:func:`distperf.cost.kernels.fsdp_unit_extra`,
+    the unit unsharded: dp × its shard) added, and the per-step part apart: ZeRO-3 gathers each unit in the forward and
+    again in the backward (half each), ZeRO-2 once, in the forward; the gradient reduction runs once per step."""
+    microbatch = step = 0.0
+    for count, shard in units:
+        per_microbatch, per_step = kn.fsdp_unit_extra(costs, zero, dp * shard)
+        microbatch, step = microbatch + count * per_microbatch, step + count * per_step
+    forward = microbatch / 2 if zero == 3 else microbatch
+    return Compute(forward=work.forward + forward, backward=work.backward + microbatch - forward), step
 
 
 def _optimizer(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, states: ModelStates,

@@ -58,8 +58,8 @@ import torch
 
 from ..config import DDP_BUCKET_MB
 from .alpha_beta import fit_collectives, fit_issued
-from .path_fits import (PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES, STEP_FIT_MODEL, TP_FIT_BATCHES,
-                        tensor_parallel_fits, with_path_constants)
+from .path_fits import (FSDP_UNIT_HIDDENS, FSDP_UNIT_HIDDENS_QUICK, PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES,
+                        STEP_FIT_MODEL, TP_FIT_BATCHES, tensor_parallel_fits, with_fsdp_units, with_path_constants)
 from .profiles import sidecar_path
 from .rounds import (ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, least_contention, median_rows,
                      moves, settled)
@@ -720,6 +720,11 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                           reps=5 if quick else 15, timeout=timeout)
         issued_fits = fit_issued(conditions["issued"], fits)
         kernels["contention"] = conditions["contention"]
+        log(f"FSDP2 units by size, on {ranks} ranks")
+        from .fsdp_overhead import fsdp_unit_times
+
+        fsdp_units = fsdp_unit_times(ranks, FSDP_UNIT_HIDDENS_QUICK if quick else FSDP_UNIT_HIDDENS,
+                                     reps=3 if quick else 9, timeout=timeout)
 
     best = {d: max((r["flops_per_s"] for r in gemm if r["dtype"] == d), default=None) for d in ("float32", "bfloat16")}
     ar = fits["all-reduce"]["all"]
@@ -735,6 +740,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                   collectives_on=(ar["alpha"], ar["beta"]) if issued_fits else ())
     if conditions is not None:
         hw = with_path_constants(hw, conditions["paths"], ranks)
+        hw = with_fsdp_units(hw, fsdp_units["rows"], ranks)
+        conditions["fsdp_units"] = fsdp_units
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "phases_s": phases, "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,
@@ -747,6 +754,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                 "collectives": "issued_fits.<kind>.all: alpha and beta of each kind as a step "
                                                "issues it (conditions.issued)",
                                 "kernels.contention": "conditions.contention",
+                                "kernels.fsdp_units": "conditions.fsdp_units (distperf.measure.path_fits."
+                                                      "fsdp_unit_table)",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
                                            "step_fit, on the tiny preset; kernels.probe: per part the median "
                                            "of speed_probe.probes (distperf.measure.speed)"}}

@@ -7,6 +7,10 @@ each as a run's ranks are, first plain and then under ``fully_shard`` (ZeRO-3: `
 ZeRO-2), and prints each one's median step and, from torch's profiler, the operators that took most of rank 0's
 step by self time (communication included: FSDP2's collectives are in the sharded step). A probe, not part of the
 model: the chapter "Where the time goes" quotes what it measured.
+
+What the calibration keeps of the same measurement is :func:`fsdp_unit_times`: one layer of widths no preset has, plain
+and under ``fully_shard`` with and without gradient synchronization, from which
+:func:`distperf.measure.path_fits.fsdp_unit_table` prices a unit by its size.
 """
 from __future__ import annotations
 
@@ -71,6 +75,62 @@ def _rank(rank: int, model: str, zero: int, steps: int, top: int, out: str) -> N
     dist.destroy_process_group()
 
 
+def _units_rank(rank: int, world: int, hiddens: tuple, reps: int, out: str) -> None:
+    """One rank of :func:`fsdp_unit_times` (spawned); rank 0 writes the rows."""
+    import json
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from ..model import Block, layer_input
+    from .path_fits import fsdp_unit_probe_spec
+    from .speed import slowest
+
+    torch.set_num_threads(1)
+    placement = join_spawned(rank, world, out, "gloo")
+    mesh = init_device_mesh("cpu", (world,))
+    rows = []
+    for zero in (2, 3):
+        for hidden in hiddens:
+            spec = fsdp_unit_probe_spec(hidden)
+            x = layer_input(spec, 1)
+            torch.manual_seed(0)
+            block = Block(spec)
+
+            def timed() -> float:
+                times = []
+                for _ in range(reps + 2):
+                    dist.barrier()
+                    start = time.perf_counter()
+                    block(x).sum().backward()
+                    times.append(time.perf_counter() - start)
+                return slowest(statistics.median(times[2:]))
+
+            row = {"hidden": hidden, "zero": zero, "plain_s": timed()}
+            fully_shard(block, mesh=mesh, reshard_after_forward=zero == 3)
+            for sync in (False, True):
+                block.set_requires_gradient_sync(sync)
+                row["sync_s" if sync else "nosync_s"] = timed()
+            rows.append(row)
+    dist.barrier()
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"rows": rows, "placement": placement, "reps": reps}, f)
+    dist.destroy_process_group()
+
+
+def fsdp_unit_times(ranks: int, hiddens: tuple, reps: int = 9, timeout: float = 600.0) -> dict:
+    """{rows, placement, reps}: per ZeRO stage (2, 3) and width in ``hiddens``, the slowest rank's median seconds of
+    ``reps`` forwards and backwards (after two, each behind a barrier) of one layer of
+    :func:`distperf.measure.path_fits.fsdp_unit_probe_spec` at micro-batch 1 on ``ranks`` pinned gloo ranks at once:
+    plain (``plain_s``), then under ``fully_shard`` without gradient synchronization (``nosync_s``: its gathers, as
+    every microbatch but the last runs them) and with it (``sync_s``: the reduce-scatter too). TimeoutError past
+    ``timeout``."""
+    return spawned_ranks(_units_rank, ranks, lambda out: (ranks, tuple(hiddens), reps, out), timeout,
+                         "the FSDP2 unit probe")
+
+
 def fsdp_overhead(model: str = "wide", zero: int = 3, steps: int = 10, top: int = 12, timeout: float = 300.0) -> dict:
     """{placement, plain, sharded}: each with ``median_s`` (a forward and backward of one layer at micro-batch 1),
     ``steps_s`` and ``ops`` ([name, self seconds per step, calls per step] of rank 0, the ``top`` largest); raises
@@ -96,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="timed steps, and profiled steps (default 10)")
     parser.add_argument("--top", type=int, default=12, help="operators listed (default 12)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the ranks are killed")
+    parser.add_argument("--units", metavar="OUT", help="instead: the calibration's FSDP2 unit probe "
+                                                       "(fsdp_unit_times), --rounds times, written to OUT (JSON)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the unit probe (default 3)")
     args = parser.parse_args(argv)
+    if args.units:
+        return _units_main(args.units, args.rounds, args.timeout)
     try:
         found = fsdp_overhead(args.model, args.zero, args.steps, args.top, args.timeout)
     except (ConfigError, TimeoutError) as e:
@@ -111,6 +176,32 @@ def main(argv: list[str] | None = None) -> int:
               "rank 0's operators by self time:")
         for op, seconds, calls in run["ops"]:
             print(f"  {op:48s} {seconds * 1e3:8.2f} ms  ×{calls:g}")
+    return 0
+
+
+def _units_main(out: str, rounds: int, timeout: float) -> int:
+    """``--units OUT``: the unit probe's rounds, with the machine's provenance, written atomically to ``out``."""
+    import json
+
+    from ..atomic import write_text
+    from ..results import provenance
+    from .path_fits import FSDP_UNIT_HIDDENS
+
+    if rounds < 1:
+        print(f"error: rounds: must be a whole number of at least 1, got {rounds}", file=sys.stderr)
+        return 2
+    found = []
+    for _ in range(rounds):
+        try:
+            found.append(fsdp_unit_times(2, FSDP_UNIT_HIDDENS, timeout=timeout))
+        except TimeoutError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for row in found[-1]["rows"]:
+            print(f"round {len(found)}: ZeRO-{row['zero']} h {row['hidden']}: plain {row['plain_s'] * 1e3:.1f} ms, "
+                  f"no sync {row['nosync_s'] * 1e3:.1f} ms, sync {row['sync_s'] * 1e3:.1f} ms")
+    write_text(out, json.dumps({"provenance": provenance("cpu"), "ranks": 2, "rounds": found}, indent=1) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

@@ -12,6 +12,11 @@ PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, se
 PATH_UNITS = 4
 PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the time of a microbatch
 TP_FIT_BATCHES = STEP_FIT_BATCHES  # the micro-batches of the tiny preset's tensor-parallel steps
+# one Transformer layer under FSDP2 at widths no preset has, whose units (12·h² + 13·h elements) bracket the presets'
+# from 1.8 to 16 million (the wide preset's is 12.6 million; glibc's mmap threshold, 32 MiB of fp32, 8.4 million)
+FSDP_UNIT_PROBE = dict(name="fsdp-unit-probe", layers=1, vocab=16, seq=64)
+FSDP_UNIT_HIDDENS = (384, 640, 896, 1152)
+FSDP_UNIT_HIDDENS_QUICK = (64, 128)
 
 
 def path_constants(paths: dict, kernels: dict, fits: dict, world: int) -> dict:
@@ -144,3 +149,49 @@ def pipeline_actions(paths: dict, hw, world: int) -> dict:
             beyond.append(t["iteration"] - t["compute"])
         out[action] = max((paths[key] - (beyond[1] - beyond[0]) / (m2 - m1)) / 2, 0.0)
     return out
+
+
+def fsdp_unit_probe_spec(hidden: int):
+    """The :class:`~distperf.config.ModelSpec` of the FSDP2 unit probe at ``hidden`` (heads of 64)."""
+    from ..config import ModelSpec
+
+    return ModelSpec(**FSDP_UNIT_PROBE, hidden=hidden, heads=max(1, hidden // 64))
+
+
+def fsdp_unit_table(rows: list[dict], hw, world: int) -> tuple:
+    """The profile's ``fsdp_units`` table from the FSDP2 unit probe (:func:`distperf.measure.fsdp_overhead.
+    fsdp_unit_times`: one layer's forward + backward on ``world`` ranks at once, plain, under ``fully_shard`` without
+    gradient synchronization, and with it), priced by the cost model on ``hw`` (the profile with its other path
+    constants and no table): per row, (the unit's elements unsharded and padded, the ZeRO stage,
+    microbatch_s = no-sync step − plain step − the unit's gathers as exposed on ``hw`` − ``fsdp_unit_s``,
+    step_s = synchronized step − no-sync step − its reduce-scatter as exposed on ``hw``), each at least 0: what the
+    unit costs beyond what the model already prices, as :func:`pipeline_actions` does for the engines. The exposed
+    times are :func:`distperf.cost.communication.data_parallel`'s for a rank holding that one layer (gloo's
+    algorithms), its compute the plain step split 1 : 2."""
+    from ..config import Layout, Training
+    from ..cost.communication import data_parallel
+    from ..cost.stage import Compute, Span, model_states
+
+    table = []
+    for row in rows:
+        spec, zero = fsdp_unit_probe_spec(row["hidden"]), row["zero"]
+        lay, training = Layout(dp=world, zero=zero), Training()
+        states = model_states(spec, lay, training, Span(1, False, False))
+        plain = row["plain_s"]
+        priced = data_parallel(spec, lay, training, hw, states, Compute(plain / 3, 2 * plain / 3), 0.0,
+                               backend="gloo")
+        microbatch = row["nosync_s"] - plain - priced.exposed_microbatch - hw.kernels.fsdp_unit_s
+        step = row["sync_s"] - row["nosync_s"] - priced.exposed_step
+        table.append((world * states.units[0][1], zero, max(microbatch, 0.0), max(step, 0.0)))
+    return tuple(table)
+
+
+def with_fsdp_units(hw, rows: list[dict] | None, world: int):
+    """``hw`` with its ``fsdp_units`` table priced from the probe's ``rows`` (:func:`fsdp_unit_table`) on ``hw``
+    without one; ``hw`` unchanged without rows or kernels."""
+    from dataclasses import replace
+
+    if not rows or hw.kernels is None:
+        return hw
+    bare = replace(hw, kernels=replace(hw.kernels, fsdp_units=()))
+    return replace(hw, kernels=replace(hw.kernels, fsdp_units=fsdp_unit_table(rows, bare, world)))
