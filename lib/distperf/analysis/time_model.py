@@ -831,6 +831,39 @@ def recompute_rule_sentence(tables: dict, hw) -> str:
                "do not stand: their median signed error does not lie nearer zero with them in both modes"))
 
 
+def fsdp_units_rule_sentence(tables: dict, hw) -> str:
+    """The held-out sharded runs (ZeRO-2, ZeRO-3) priced with the profile's ``fsdp_units`` table (measured from
+    5 December 2026: :func:`distperf.measure.path_fits.fsdp_unit_table`) and without it (the model before), in words:
+    their median signed error in both modes, and the ZeRO-3 runs of the largest model. The rule declared before the
+    first build whose calibration measures the table: it stands if, in both modes, those runs' median signed error
+    lies nearer zero with it than without."""
+    if hw is None or hw.kernels is None:
+        return "this build has no kernel time model"
+    errs = errors(tables, hw)
+    sharded = errs.strategy.isin(("ZeRO-2", "ZeRO-3"))
+    if not sharded.any():
+        return "no held-out run sharded its model with FSDP2"
+    frame = _frame(tables).drop_duplicates("config_hash").set_index("config_hash")
+    hidden = errs.config_hash.map(frame["config.model.hidden"])
+    widest = sharded & (errs.strategy == "ZeRO-3") & (hidden == hidden[sharded].max())
+
+    def described(e: pd.DataFrame) -> str:
+        signed = "; ".join(f"{mode} {e.loc[sharded, mode].median():+.1%}" for mode in MODES)
+        runs = ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in e[widest].itertuples())
+        model = ", ".join(sorted(set(errs.loc[widest, "model"])))
+        return f"median signed error {signed}; the ZeRO-3 run of {model} (analytical / profiled) {runs}"
+
+    if not hw.kernels.fsdp_units:
+        return (f"this calibration predates the FSDP2 unit probe and prices no unit by its size: over the "
+                f"{int(sharded.sum())} held-out sharded configurations, {described(errs)}")
+    without = errors(tables, replace(hw, kernels=replace(hw.kernels, fsdp_units=())))
+    nearer = all(abs(errs.loc[sharded, mode].median()) < abs(without.loc[sharded, mode].median()) for mode in MODES)
+    return (f"over the {int(sharded.sum())} held-out sharded configurations, with the FSDP2 unit table: "
+            f"{described(errs)}; without it: {described(without)}. The table "
+            + ("stands: their median signed error lies nearer zero with it in both modes" if nearer else
+               "does not stand: their median signed error does not lie nearer zero with it in both modes"))
+
+
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
     """What the contention ratios alone do to the analytical mode, in words: its median and largest |error| over the
     held-out configurations priced with each round's compute and memory-bound contention ratios of the calibration

@@ -19,15 +19,15 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   the embedding lookups, each at the time of its kind at its number of elements (table ``elementwise``), in backward
   also the concatenation of the QKV split's gradient and the two sums of the residual stream's gradient, and each
   view (``view``) — memory-bound work and each operator's fixed cost;
-- **framework**: Python's cost of each ``nn.Module`` call (``module_call_s``), the autograd engine's start of
-  each backward pass (``backward_call_s``) and the trainer's fixed Python per step (``step_s``: the one constant
-  not measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every
-  validation), and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel
-  layer's DTensor dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``)
-  per microbatch, and by the unit's size what FSDP2's copies into and out of its flat buffers cost beyond that and
-  beyond its collectives as priced (``fsdp_units``: :func:`fsdp_unit_extra`), DDP's per step (``ddp_step_s``), and
-  Adam's extra per DTensor parameter (``adam_dtensor_tensor_s``); what recomputation (``torch.utils.checkpoint``)
-  costs beyond the kernels of the forward it repeats, per recomputed layer (full) or attention core (selective): its hooks on every saved tensor,
+- **framework**: Python's cost of each ``nn.Module`` call (``module_call_s``), the autograd engine's start of each
+  backward pass (``backward_call_s``) and the trainer's fixed Python per step (``step_s``: the one constant not
+  measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every validation),
+  and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel layer's DTensor
+  dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``) per microbatch, and
+  by the unit's size what FSDP2's copies into and out of its flat buffers cost beyond that and beyond its collectives
+  as priced (``fsdp_units``: :func:`fsdp_unit_extra`), DDP's per step (``ddp_step_s``), and Adam's extra per DTensor
+  parameter (``adam_dtensor_tensor_s``); what recomputation (``torch.utils.checkpoint``) costs beyond the kernels of
+  the forward it repeats, per recomputed layer (full) or attention core (selective): its hooks on every saved tensor,
   its bookkeeping and, under DTensor, the repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``;
   ``tp_…`` and ``tp_sp_…`` for tensor- and sequence-parallel layers); and, measured on the calibration's ranks, a
   pipeline action's cost in torch's pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``):
