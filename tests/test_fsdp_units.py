@@ -109,3 +109,40 @@ def test_the_units_command_refuses_no_rounds(capsys, tmp_path):
     out = tmp_path / "units.json"
     assert main(["--units", str(out), "--rounds", "0"]) == 2
     assert "rounds: must be a whole number of at least 1" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_rule_sentence_prices_the_sharded_runs_with_and_without_the_table():
+    import pandas as pd
+
+    from distperf.analysis import time_model as tm
+    from test_analysis_time_model import HW, row
+
+    # measured a third slower than the model prices them, whose profiled mode prices them 15 % too low
+    found = {"dp_zero": pd.DataFrame([row("small", 1.3, 0.85, dp=2, zero=3), row("small", 1.3, 0.85, dp=2, zero=2),
+                                      row("small", 1.0, 1.0, dp=2)])}
+    assert tm.fsdp_units_rule_sentence(found, HW).startswith("this calibration predates the FSDP2 unit probe")
+    assert "ZeRO-3 run of small (analytical / profiled) -23.1%" in tm.fsdp_units_rule_sentence(found, HW)
+    priced = replace(HW, kernels=replace(HW.kernels, fsdp_units=((200_000, 3, 0.002, 0.001),
+                                                                 (200_000, 2, 0.002, 0.001))))
+    text = tm.fsdp_units_rule_sentence(found, priced)
+    assert "over the 2 held-out sharded configurations" in text and "The table stands" in text
+    # measured faster than the model without the table prices them: the table moves them away from zero
+    fast = {"dp_zero": pd.DataFrame([row("small", 0.9, 1.1, dp=2, zero=3), row("small", 0.9, 1.1, dp=2, zero=2)])}
+    assert "does not stand" in tm.fsdp_units_rule_sentence(fast, priced)
+    assert tm.fsdp_units_rule_sentence({"dp_zero": pd.DataFrame([row("small", 1.0, 1.0, dp=2)])}, priced) == \
+        "no held-out run sharded its model with FSDP2"
+
+
+def test_the_seen_sentence_reprices_a_build_with_each_round_of_a_later_probe():
+    import pandas as pd
+
+    from distperf.analysis import time_model as tm
+    from test_analysis_time_model import HW, row
+
+    found = {"dp_zero": pd.DataFrame([row("small", 1.3, 0.85, dp=2, zero=3), row("small", 1.0, 1.0, dp=2)])}
+    rows = [{"hidden": 384, "zero": 3, "plain_s": 0.01, "nosync_s": 0.05, "sync_s": 0.09}]
+    probe = {"provenance": {"date": "2026-12-05T00:00:00Z"}, "ranks": 2, "rounds": [{"rows": rows}, {"rows": rows}]}
+    text = tm.fsdp_units_seen_sentence(found, HW, probe)
+    assert text.startswith("priced as built, the ZeRO-3 run of small missed by -23.1%")
+    assert "probe of 2026-12-05" in text and "round 1:" in text and "round 2:" in text
+    assert tm.fsdp_units_seen_sentence(found, HW, None) == "no unit probe to price it with"

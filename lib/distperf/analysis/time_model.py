@@ -864,6 +864,47 @@ def fsdp_units_rule_sentence(tables: dict, hw) -> str:
                "does not stand: their median signed error does not lie nearer zero with it in both modes"))
 
 
+FSDP_UNITS_PROBE = "probes/fsdp_units-cpu-2c.json"  # under data/: the unit probe's rounds of 5 December 2026
+
+
+def fsdp_units_seen_sentence(tables: dict, hw, probe: dict | None) -> str:
+    """What the FSDP2 unit table would have done to a build priced on ``hw`` whose calibration did not measure it,
+    in words: per round of a later ``probe`` (:func:`distperf.measure.fsdp_overhead.main` with ``--units``), the
+    widest unit's ZeRO-3 prices, the ZeRO-3 run of the largest model's signed errors and both modes' largest |error|
+    over the held-out runs, with the table that round gives on ``hw`` (:func:`~distperf.measure.path_fits.
+    with_fsdp_units`). The build's runs were seen before the table was built: a what-if, not a validation."""
+    from ..cost.kernels import fsdp_unit_extra
+    from ..cost.parameters import layer_parameters
+    from ..measure.path_fits import with_fsdp_units
+
+    if hw is None or hw.kernels is None or not probe or not probe.get("rounds"):
+        return "no unit probe to price it with"
+    errs = errors(tables, hw)
+    frame = _frame(tables).drop_duplicates("config_hash").set_index("config_hash")
+    hidden = errs.config_hash.map(frame["config.model.hidden"])
+    zero3 = errs.strategy == "ZeRO-3"
+    if not zero3.any():
+        return "no held-out ZeRO-3 run"
+    widest = zero3 & (hidden == hidden[zero3].max())
+    spec = frame.loc[errs.config_hash[widest].iloc[0]]
+    unit = layer_parameters(int(spec["config.model.hidden"]), int(spec["config.model.ffn"]))
+    parts = []
+    for i, found in enumerate(probe["rounds"], 1):
+        priced = with_fsdp_units(hw, found["rows"], probe.get("ranks") or 2)
+        e = errors(tables, priced)
+        microbatch, step = fsdp_unit_extra(priced.kernels, 3, unit)
+        runs = ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in e[widest].itertuples())
+        parts.append(f"round {i}: {microbatch * 1e3:.1f} ms per microbatch and {step * 1e3:.1f} ms per step per "
+                     f"unit, the run {runs}, the largest |error| {e.analytical.abs().max():.1%} / "
+                     f"{e.profiled.abs().max():.1%}")
+    run = ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in errs[widest].itertuples())
+    return (f"priced as built, the ZeRO-3 run of {spec['config.model.name']} missed by {run} (analytical / "
+            f"profiled) and the largest |error| was {errs.analytical.abs().max():.1%} / "
+            f"{errs.profiled.abs().max():.1%}; with the table of each round of the probe of "
+            f"{probe.get('provenance', {}).get('date', 'unknown date')[:10]} (its unit of {unit / 1e6:.1f} million "
+            f"elements): " + "; ".join(parts))
+
+
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
     """What the contention ratios alone do to the analytical mode, in words: its median and largest |error| over the
     held-out configurations priced with each round's compute and memory-bound contention ratios of the calibration
