@@ -51,7 +51,9 @@ a tied embedding, the last rank also waits each step for the first rank's update
 finishes its last backward when the drain has still to cross ranks r − 1 … 0; then its data-parallel reduction's
 exposed tail (bucketed overlap with the last backward), the tied-embedding all-reduce and the optimizer
 step (memory-bound: bytes touched / memory bandwidth) follow, and, with measured kernels, the m − 1 additions of a
-microbatch's gradients to the accumulated ones. Iteration = the latest rank's end;
+microbatch's gradients to the accumulated ones and, where the profile prices FSDP2's units by their size, their
+per-step part (``StageCosts.step_compute``: :func:`distperf.cost.stage.fsdp_unit_work`; their per-microbatch part is
+in t_r). Iteration = the latest rank's end;
 bubble = that rank's idle time inside the pipeline phase.
 """
 from __future__ import annotations
