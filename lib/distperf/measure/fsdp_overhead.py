@@ -96,23 +96,24 @@ def _units_rank(rank: int, world: int, hiddens: tuple, reps: int, out: str) -> N
             spec = fsdp_unit_probe_spec(hidden)
             x = layer_input(spec, 1)
             torch.manual_seed(0)
-            block = Block(spec)
+            plain = Block(spec)
+            torch.manual_seed(0)
+            sharded = fully_shard(Block(spec), mesh=mesh, reshard_after_forward=zero == 3)
 
-            def timed() -> float:
-                times = []
-                for _ in range(reps + 2):
-                    dist.barrier()
-                    start = time.perf_counter()
-                    block(x).sum().backward()
-                    times.append(time.perf_counter() - start)
-                return slowest(statistics.median(times[2:]))
+            def timed(block) -> float:
+                dist.barrier()
+                start = time.perf_counter()
+                block(x).sum().backward()
+                return time.perf_counter() - start
 
-            row = {"hidden": hidden, "zero": zero, "plain_s": timed()}
-            fully_shard(block, mesh=mesh, reshard_after_forward=zero == 3)
-            for sync in (False, True):
-                block.set_requires_gradient_sync(sync)
-                row["sync_s" if sync else "nosync_s"] = timed()
-            rows.append(row)
+            times = {"plain_s": [], "nosync_s": [], "sync_s": []}
+            for _ in range(reps + 2):  # the three in turn, so that the machine's drift touches each alike
+                times["plain_s"].append(timed(plain))
+                for sync in (False, True):
+                    sharded.set_requires_gradient_sync(sync)
+                    times["sync_s" if sync else "nosync_s"].append(timed(sharded))
+            rows.append({"hidden": hidden, "zero": zero,
+                         **{name: slowest(statistics.median(seconds[2:])) for name, seconds in times.items()}})
     dist.barrier()
     if rank == 0:
         with open(out, "w") as f:
@@ -124,9 +125,14 @@ def fsdp_unit_times(ranks: int, hiddens: tuple, reps: int = 9, timeout: float = 
     """{rows, placement, reps}: per ZeRO stage (2, 3) and width in ``hiddens``, the slowest rank's median seconds of
     ``reps`` forwards and backwards (after two, each behind a barrier) of one layer of
     :func:`distperf.measure.path_fits.fsdp_unit_probe_spec` at micro-batch 1 on ``ranks`` pinned gloo ranks at once:
-    plain (``plain_s``), then under ``fully_shard`` without gradient synchronization (``nosync_s``: its gathers, as
-    every microbatch but the last runs them) and with it (``sync_s``: the reduce-scatter too). TimeoutError past
-    ``timeout``."""
+    plain (``plain_s``), and the same layer under ``fully_shard`` without gradient synchronization (``nosync_s``: its
+    gathers, as every microbatch but the last runs them) and with it (``sync_s``: the reduce-scatter too), the three
+    in turn at every repetition. TimeoutError past ``timeout``.
+
+    Why in turn: until 5 December 2026 each ran its repetitions in a block of its own, and a slow spell of the machine
+    could fall on one of them: on the first build with the probe the widest layer's ZeRO-3 no-sync step took 479 ms,
+    longer than its synchronized step (396 ms), and the table read 269 ms per microbatch for that unit where the three
+    rounds run alone the same day, priced on the same profile, read 48 to 92 ms."""
     return spawned_ranks(_units_rank, ranks, lambda out: (ranks, tuple(hiddens), reps, out), timeout,
                          "the FSDP2 unit probe")
 
