@@ -831,6 +831,23 @@ def recompute_rule_sentence(tables: dict, hw) -> str:
                "do not stand: their median signed error does not lie nearer zero with them in both modes"))
 
 
+def _widest_zero3(tables: dict, errs: pd.DataFrame) -> tuple[pd.Series, pd.Series | None]:
+    """Which rows of ``errs`` (:func:`errors`) are the ZeRO-3 runs of the widest model among them, and that model's
+    row of the build's tables (None without a ZeRO-3 run)."""
+    frame = _frame(tables).drop_duplicates("config_hash").set_index("config_hash")
+    hidden = errs.config_hash.map(frame["config.model.hidden"])
+    zero3 = errs.strategy == "ZeRO-3"
+    if not zero3.any():
+        return zero3, None
+    widest = zero3 & (hidden == hidden[zero3].max())
+    return widest, frame.loc[errs.config_hash[widest].iloc[0]]
+
+
+def _signed_pairs(e: pd.DataFrame) -> str:
+    """Each row's signed errors, analytical / profiled."""
+    return ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in e.itertuples())
+
+
 def fsdp_units_rule_sentence(tables: dict, hw) -> str:
     """The held-out sharded runs (ZeRO-2, ZeRO-3) priced with the profile's ``fsdp_units`` table (measured from
     5 December 2026: :func:`distperf.measure.path_fits.fsdp_unit_table`) and without it (the model before), in words:
@@ -843,15 +860,14 @@ def fsdp_units_rule_sentence(tables: dict, hw) -> str:
     sharded = errs.strategy.isin(("ZeRO-2", "ZeRO-3"))
     if not sharded.any():
         return "no held-out run sharded its model with FSDP2"
-    frame = _frame(tables).drop_duplicates("config_hash").set_index("config_hash")
-    hidden = errs.config_hash.map(frame["config.model.hidden"])
-    widest = sharded & (errs.strategy == "ZeRO-3") & (hidden == hidden[sharded].max())
+    widest, spec = _widest_zero3(tables, errs)
 
     def described(e: pd.DataFrame) -> str:
         signed = "; ".join(f"{mode} {e.loc[sharded, mode].median():+.1%}" for mode in MODES)
-        runs = ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in e[widest].itertuples())
-        model = ", ".join(sorted(set(errs.loc[widest, "model"])))
-        return f"median signed error {signed}; the ZeRO-3 run of {model} (analytical / profiled) {runs}"
+        if spec is None:
+            return f"median signed error {signed}"
+        return (f"median signed error {signed}; the ZeRO-3 run of {spec['config.model.name']} (analytical / "
+                f"profiled) {_signed_pairs(e[widest])}")
 
     if not hw.kernels.fsdp_units:
         return (f"this calibration predates the FSDP2 unit probe and prices no unit by its size: over the "
@@ -880,25 +896,20 @@ def fsdp_units_seen_sentence(tables: dict, hw, probe: dict | None) -> str:
     if hw is None or hw.kernels is None or not probe or not probe.get("rounds"):
         return "no unit probe to price it with"
     errs = errors(tables, hw)
-    frame = _frame(tables).drop_duplicates("config_hash").set_index("config_hash")
-    hidden = errs.config_hash.map(frame["config.model.hidden"])
-    zero3 = errs.strategy == "ZeRO-3"
-    if not zero3.any():
+    widest, spec = _widest_zero3(tables, errs)
+    if spec is None:
         return "no held-out ZeRO-3 run"
-    widest = zero3 & (hidden == hidden[zero3].max())
-    spec = frame.loc[errs.config_hash[widest].iloc[0]]
     unit = layer_parameters(int(spec["config.model.hidden"]), int(spec["config.model.ffn"]))
     parts = []
     for i, found in enumerate(probe["rounds"], 1):
         priced = with_fsdp_units(hw, found["rows"], probe.get("ranks") or 2)
         e = errors(tables, priced)
         microbatch, step = fsdp_unit_extra(priced.kernels, 3, unit)
-        runs = ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in e[widest].itertuples())
         parts.append(f"round {i}: {microbatch * 1e3:.1f} ms per microbatch and {step * 1e3:.1f} ms per step per "
-                     f"unit, the run {runs}, the largest |error| {e.analytical.abs().max():.1%} / "
+                     f"unit, the run {_signed_pairs(e[widest])}, the largest |error| {e.analytical.abs().max():.1%} / "
                      f"{e.profiled.abs().max():.1%}")
-    run = ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in errs[widest].itertuples())
-    return (f"priced as built, the ZeRO-3 run of {spec['config.model.name']} missed by {run} (analytical / "
+    return (f"priced as built, the ZeRO-3 run of {spec['config.model.name']} missed by {_signed_pairs(errs[widest])} "
+            f"(analytical / "
             f"profiled) and the largest |error| was {errs.analytical.abs().max():.1%} / "
             f"{errs.profiled.abs().max():.1%}; with the table of each round of the probe of "
             f"{probe.get('provenance', {}).get('date', 'unknown date')[:10]} (its unit of {unit / 1e6:.1f} million "
