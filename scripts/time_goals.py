@@ -5,7 +5,8 @@
 Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, or the archive with
 ``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy
 probes and whether they settled, and both modes priced with that profile and with the one the earlier rule gives from
-the same calibration; the runs that recompute with and without the checkpoint's constants; how far the rounds of the
+the same calibration; the runs that recompute with and without the checkpoint's constants; the FSDP2 unit table's
+and the waits for the slowest rank's rules; how far the rounds of the
 tensor-parallel path constants and of the pipeline action constants move those runs' profiled errors; the median and
 largest |signed error| of the analytical and profiled modes over the held-out configurations and of the exposed
 communication per kind, against the goals (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     print("The two overlap probes: " + tm.overlap_rule_sentence(tables, hw, side) + ".")
     print("Recomputation's checkpoint: " + tm.recompute_rule_sentence(tables, hw) + ".")
     print("FSDP2's units by size: " + tm.fsdp_units_rule_sentence(tables, hw) + ".")
+    print("Waiting for the slowest rank: " + tm.skew_rule_sentence(tables, hw, side) + ".")
     spread = tm.path_rounds(side, hw)
     print("The tensor-parallel path constants' rounds: " + tm.path_sensitivity(tables, hw, spread) + ".")
     print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")

@@ -48,6 +48,7 @@ class TensorParallelTerms:
     backward: float
     step_exposed: float
     traffic: Traffic
+    calls: int = 0  # collectives per microbatch (each one a synchronization of the tensor-parallel ranks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +148,12 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
     path = 0.0  # DTensor's cost per collective of a layer, measured
     if hw.kernels is not None:
         path = hw.kernels.tp_sp_collective_s if lay.sequence_parallel else hw.kernels.tp_collective_s
-    times, algorithmic, wire = [], 0.0, 0.0
+    times, algorithmic, wire, count = [], 0.0, 0.0, 0
     for phase in phases:
         seconds = 0.0
         for kind, value, calls in phase:
             if calls:
+                count += calls
                 seconds += calls * (collective_time(kind, elements * value, t, *_link(hw, kind, t, backend)) + path)
                 a, w = _volume(kind, elements * value, t, calls, value)
                 algorithmic, wire = algorithmic + a, wire + w
@@ -164,7 +166,7 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
         step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *_link(hw, "all-reduce", t, backend))
     return TensorParallelTerms(time=times[0] + times[1], backward=times[1], step_exposed=step_exposed,
                                traffic=Traffic(step=step, microbatch=algorithmic, wire_step=wire_step,
-                                               wire_microbatch=wire))
+                                               wire_microbatch=wire), calls=count)
 
 
 def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, convention: str = "trainer",

@@ -46,6 +46,14 @@ the :data:`STEP_FIT_MODEL` preset's tensor-parallel steps on two ranks,
 :func:`distperf.measure.path_fits.tensor_parallel_paths`; the sequence-parallel LayerNorms' small gradient
 all-reduces after the step get neither).
 
+**Waiting for the slowest rank.** Ranks that synchronize leave the collective when the last of them arrives, and two
+ranks given the same work do not finish it together: a synchronization after d seconds of compute on each adds
+``sync_wait(d)`` (:func:`sync_wait`, from the table ``skew`` the calibration measures:
+:mod:`distperf.measure.skew`): to every tensor-parallel collective (d: the microbatch's compute over its collectives),
+to DDP's and ZeRO-1's gradient reduction (d: the step's microbatches) and, since a run's iteration is its slowest
+rank's, to the step's last stretch on ranks that synchronize (d: the optimizer step). FSDP2's gathers get none: the
+unit table (``fsdp_units``) was measured on synchronized ranks and holds them.
+
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
 calibrate`` writes them into the hardware profile's ``kernels``); nothing is fitted on a run.
@@ -123,6 +131,9 @@ class KernelCosts:
     # and out of its flat buffers, fresh pages above the allocator's mmap threshold): ((elements, zero,
     # microbatch_s, step_s), …), measured on the calibration's ranks (:func:`fsdp_unit_extra`); () where not measured
     fsdp_units: tuple = ()
+    # the slowest of the calibration's ranks over their typical one after a burst of compute: ((ranks, burst_s,
+    # wait_s), …), measured by distperf.measure.skew (:func:`sync_wait`); () where not measured
+    skew: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -147,6 +158,7 @@ class KernelCosts:
                   probe=tuple(float(data["probe"][k]) for k in PROBE_PARTS) if data.get("probe") else (),
                   fsdp_units=tuple((int(e), int(z), float(mb), float(st)) for e, z, mb, st
                                    in data.get("fsdp_units", ())),
+                  skew=tuple((int(n), float(d), float(w)) for n, d, w in data.get("skew", ())),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
@@ -154,7 +166,7 @@ class KernelCosts:
                     out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
                     *(getattr(out, k) for k in WRAPPERS), *out.probe,
-                    *(x for row in out.fsdp_units for x in row)]
+                    *(x for row in out.fsdp_units for x in row), *(x for row in out.skew for x in row)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
                 for x in numbers):
@@ -178,10 +190,11 @@ class KernelCosts:
         """A copy without some terms, for the ablation: ``optimizer`` (Adam back to bytes over bandwidth),
         ``framework`` (module calls, backward starts, the step's Python and the parallel wrappers free),
         ``collectives`` (DTensor's cost per collective free),
-        ``contention`` (every rank computes as fast as one alone, and communication hides fully behind compute)."""
+        ``contention`` (every rank computes as fast as one alone, communication hides fully behind compute, and no
+        rank waits for a slower one)."""
         changes = {}
         if "contention" in terms:
-            changes.update(contention_memory=1.0, contention_compute=1.0, overlap=1.0, fsdp_overlap=1.0)
+            changes.update(contention_memory=1.0, contention_compute=1.0, overlap=1.0, fsdp_overlap=1.0, skew=())
         if "optimizer" in terms:
             changes["adam"] = ()
         if "framework" in terms:
@@ -196,7 +209,8 @@ class KernelCosts:
         the calibration's, :func:`distperf.measure.speed.ratios`) times as long as when it was calibrated: matrix
         products and attention × ``gemm``; element-wise operators, views and Adam's per-tensor steps ×
         ``elementwise``; module calls, the backward's start, the step's Python and the parallel wrappers ×
-        ``python``. Contention and overlap are ratios of times and stay."""
+        ``python``. Contention and overlap are ratios of times and stay, and so do the waits for the slowest rank
+        (``skew``: the spread of the machine's speed, not its speed)."""
         g, e, p = ratios["gemm"], ratios["elementwise"], ratios["python"]
 
         def scaled(table, first, factor):
@@ -235,6 +249,43 @@ def fsdp_unit_extra(costs: KernelCosts, zero: int, elements: int) -> tuple[float
     (n0, mb0, st0), (n1, mb1, st1) = rows[i - 1], rows[i]
     w = (elements - n0) / (n1 - n0)
     return mb0 + (mb1 - mb0) * w, st0 + (st1 - st0) * w
+
+
+def sync_wait(costs: KernelCosts, burst_s: float, ranks: int) -> float:
+    """Seconds that ``ranks`` ranks synchronizing after ``burst_s`` seconds of compute each wait, beyond that compute,
+    for the slowest of them (:mod:`distperf.measure.skew`): linear in the burst between the rows of the table
+    ``skew``, proportional to it below the first row and above the last; for a number of ranks the table lacks, its
+    nearest one's times the ratio of the expected largest of that many standard normal draws to the expected largest
+    of the measured number (Blom's approximation Φ⁻¹((n − 0.375)/(n + 0.25)), Blom 1958). 0 without a table, for
+    one rank or no compute."""
+    if not costs.skew or ranks < 2 or burst_s <= 0:
+        return 0.0
+    measured, rows = _skew_rows(costs, ranks)
+    if not rows:
+        return 0.0
+    if burst_s <= rows[0][0] or burst_s >= rows[-1][0]:
+        d, w = rows[0] if burst_s <= rows[0][0] else rows[-1]
+        wait = w * burst_s / d
+    else:
+        i = bisect.bisect_right([r[0] for r in rows], burst_s)
+        (d0, w0), (d1, w1) = rows[i - 1], rows[i]
+        wait = w0 + (w1 - w0) * (burst_s - d0) / (d1 - d0)
+    return wait if measured == ranks else wait * _largest_normal(ranks) / _largest_normal(measured)
+
+
+@lru_cache(maxsize=256)
+def _skew_rows(costs: KernelCosts, ranks: int) -> tuple[int, tuple]:
+    """(the table's number of ranks nearest ``ranks``, its rows ((burst_s, wait_s), …) by burst)."""
+    counts = sorted({n for n, _, _ in costs.skew})
+    nearest = min(counts, key=lambda n: (abs(n - ranks), n))
+    return nearest, tuple(sorted((d, w) for n, d, w in costs.skew if n == nearest and d > 0))
+
+
+@lru_cache(maxsize=256)
+def _largest_normal(n: int) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
 def _rows(value) -> tuple:

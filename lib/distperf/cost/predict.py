@@ -53,8 +53,10 @@ exposed tail (bucketed overlap with the last backward), the tied-embedding all-r
 step (memory-bound: bytes touched / memory bandwidth) follow, and, with measured kernels, the m − 1 additions of a
 microbatch's gradients to the accumulated ones and, where the profile prices FSDP2's units by their size, their
 per-step part (``StageCosts.step_compute``: :func:`distperf.cost.stage.fsdp_unit_work`; their per-microbatch part is
-in t_r). Iteration = the latest rank's end;
-bubble = that rank's idle time inside the pipeline phase.
+in t_r). Iteration = the latest rank's end, plus, where the profile measured how long synchronized ranks wait for
+the slowest (``kernels.skew``), that rank's waits (:func:`distperf.cost.stage.step_waits`, counted as exposed
+communication; those of each tensor-parallel collective are in t_r); bubble = that rank's idle time inside the
+pipeline phase.
 """
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ from .collectives import BACKENDS, ddp_bucket_count, gloo_sent_bytes
 from .model_states import greedy_partition_max, zero_partition_loads
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
 from .communication import binomial_sends
-from .stage import Span, StageCosts, clear_cache, ddp_buckets, stage_costs
+from .stage import Span, StageCosts, clear_cache, ddp_buckets, stage_costs, step_waits
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
 KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
@@ -215,6 +217,8 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
         iteration = (finish + slowest.step_exposed + updates * slowest.optimizer + (m - 1) * slowest.accumulate
                      + slowest.step_compute)
     bubble = finish - m * slowest.microbatch
+    waits = step_waits(hw.kernels, lay, slowest, m) if hw.kernels is not None and hw.kernels.skew else 0.0
+    iteration += waits
 
     rows = []  # what each distinct rank sends in a step, per kind: algorithmic, then on gloo's wire
     for rank in distinct:
@@ -246,7 +250,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                         if p > 1 else "none"},
         "time_s": {"compute": m * slowest.compute + updates * slowest.optimizer + (m - 1) * slowest.accumulate
                               + slowest.step_compute,
-                   "communication_exposed": m * slowest.exposed + slowest.step_exposed,
+                   "communication_exposed": m * slowest.exposed + slowest.step_exposed + waits,
                    "bubble": bubble, "iteration": iteration},
         "bubble_fraction": bubble / iteration if iteration > 0 else 0.0,
         "hardware": hw.name,

@@ -104,6 +104,7 @@ class StageCosts:
     optimizer: float  # one optimizer step
     accumulate: float  # adding one microbatch's gradients to the accumulated ones (measured kernels; else 0)
     step_compute: float  # work once per step outside the microbatches and the optimizer (FSDP2's reduction copies)
+    segment: float  # compute between two tensor-parallel collectives (0 without tensor parallelism)
     data_parallel: Traffic
     tensor_parallel: Traffic
     pipeline_parallel: Traffic
@@ -371,17 +372,36 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
         work, step_compute = fsdp_unit_work(hw.kernels, zero, lay.dp, states.units, work)
         if lay.schedule == "pipedream":  # it reduces after every microbatch
             work, step_compute = Compute(work.forward, work.backward + step_compute), 0.0
-    exposed = tp.time + pp.sends * pp.send_time + dp.exposed_microbatch
+    compute_ = work.forward + work.backward
+    segment = compute_ / tp.calls if tp.calls else 0.0
+    waits = tp.calls * kn.sync_wait(hw.kernels, segment, lay.tp) if hw.kernels is not None and hw.kernels.skew \
+        else 0.0  # each tensor-parallel collective waits for the slowest rank
+    exposed = tp.time + waits + pp.sends * pp.send_time + dp.exposed_microbatch
     d, t, p = dp.traffic, tp.traffic, pp.traffic
-    return StageCosts(states=states, microbatch=work.forward + work.backward + exposed,
-                      compute=work.forward + work.backward, exposed=exposed,
-                      drain=work.backward + tp.backward + pp.send_time,
+    return StageCosts(states=states, microbatch=compute_ + exposed, compute=compute_, exposed=exposed,
+                      drain=work.backward + tp.backward + (waits * work.backward / compute_ if waits else 0.0)
+                      + pp.send_time,
                       step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
-                      optimizer=optimizer, accumulate=accumulate, step_compute=step_compute,
+                      optimizer=optimizer, accumulate=accumulate, step_compute=step_compute, segment=segment,
                       data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic,
                       step_bytes=(d.step, t.step, p.step, d.wire_step, t.wire_step, p.wire_step),
                       microbatch_bytes=(d.microbatch, t.microbatch, p.microbatch, d.wire_microbatch,
                                         t.wire_microbatch, p.wire_microbatch))
+
+
+def step_waits(costs: kn.KernelCosts | None, lay: Layout, rank: StageCosts, microbatches: int) -> float:
+    """What the rank's step waits for the slowest rank beyond its collectives and its tensor-parallel ones
+    (:func:`distperf.cost.kernels.sync_wait`; 0 without the table ``skew``): on ranks that synchronize (dp·tp > 1),
+    the step's last stretch (the optimizer step: a run's iteration is its slowest rank's), and under DDP or ZeRO-1
+    the gradient reduction after the step's microbatches (with tensor parallelism, after the last of their
+    collectives). ZeRO-2/3's waits are in FSDP2's unit table."""
+    if costs is None or not costs.skew or lay.dp * lay.tp < 2:
+        return 0.0
+    wait = kn.sync_wait(costs, rank.optimizer + rank.step_compute, lay.dp * lay.tp)
+    if lay.dp > 1 and _zero(lay) < 2:
+        burst = rank.segment or microbatches * rank.compute + (microbatches - 1) * rank.accumulate
+        wait += kn.sync_wait(costs, burst, lay.dp)
+    return wait
 
 
 def fsdp_unit_work(costs: kn.KernelCosts, zero: int, dp: int, units: tuple, work: Compute) -> tuple[Compute, float]:

@@ -40,7 +40,9 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``), and
   ``probe``: the machine's speed while they were measured (:mod:`distperf.measure.speed`: per part the median of a
   probe before each kernel table and one after the last, all in the sidecar's ``speed_probe.probes``), against
-  which each run's own probe scales them.
+  which each run's own probe scales them; ``skew``: how much longer the slowest of the ranks takes than the typical
+  one over bursts of compute started together (:mod:`distperf.measure.skew`), before the path constants are taken,
+  so that the tensor-parallel ones are what is left beside it.
 
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
 """
@@ -720,6 +722,12 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                           reps=5 if quick else 15, timeout=timeout)
         issued_fits = fit_issued(conditions["issued"], fits)
         kernels["contention"] = conditions["contention"]
+        log(f"waiting for the slowest rank, on {ranks} ranks")
+        from .skew import SKEW_BURSTS, SKEW_BURSTS_QUICK, SKEW_UNITS, SKEW_UNITS_QUICK, skew_table, skew_waits
+
+        skew = skew_waits(ranks, SKEW_BURSTS_QUICK if quick else SKEW_BURSTS,
+                          SKEW_UNITS_QUICK if quick else SKEW_UNITS, timeout=timeout)
+        kernels["skew"] = skew_table(skew["rows"])
         log(f"FSDP2 units by size, on {ranks} ranks")
         from .fsdp_overhead import fsdp_unit_times
 
@@ -742,6 +750,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
         hw = with_path_constants(hw, conditions["paths"], ranks)
         hw = with_fsdp_units(hw, fsdp_units["rows"], ranks)
         conditions["fsdp_units"] = fsdp_units
+        conditions["skew"] = skew
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "phases_s": phases, "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,
@@ -756,6 +765,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                 "kernels.contention": "conditions.contention",
                                 "kernels.fsdp_units": "conditions.fsdp_units (distperf.measure.path_fits."
                                                       "fsdp_unit_table)",
+                                "kernels.skew": "conditions.skew (distperf.measure.skew.skew_table)",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
                                            "step_fit, on the tiny preset; kernels.probe: per part the median "
                                            "of speed_probe.probes (distperf.measure.speed)"}}
