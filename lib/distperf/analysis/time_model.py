@@ -40,7 +40,7 @@ LADDER = (
     ("+ framework costs", lambda hw: replace(hw, kernels=hw.kernels.without("collectives", "contention"),
                                              collectives=())),
     ("+ collectives as issued", lambda hw: replace(hw, kernels=hw.kernels.without("contention"))),
-    ("+ overlap and contention", lambda hw: hw),
+    ("+ overlap, contention, waits", lambda hw: hw),  # the waits for the slowest rank: KernelCosts.without
 )
 # declared before the data: median and largest |signed error| of the iteration time per mode, and of the exposed
 # communication of the one parallelism a run uses, where it exceeds EXPOSED_SHARE of the iteration
