@@ -114,6 +114,8 @@ def test_the_seen_sentence_reprices_a_build_with_each_round_of_a_later_probe():
     assert "probe of 2026-12-05" in text and "round 1 (10.0% after 10 ms, 5.0% after 40 ms)" in text
     assert "round 2 (10.0% after 10 ms, 10.0% after 10 ms)" in text and "the 1 runs it prices" in text
     assert tm.skew_seen_sentence(found, HW, None, None) == "no skew probe to price it with"
+    measured = replace(HW, kernels=replace(HW.kernels, skew=TABLE))
+    assert tm.skew_seen_sentence(found, measured, None, probe).startswith("this build's calibration measured")
 
 
 def test_the_probe_times_bursts_on_two_ranks_aligned_before_each():

@@ -975,6 +975,8 @@ def skew_seen_sentence(tables: dict, hw, side: dict | None, probe: dict | None) 
 
     if hw is None or hw.kernels is None or not probe or not probe.get("rounds"):
         return "no skew probe to price it with"
+    if hw.kernels.skew:
+        return "this build's calibration measured the waits itself, and the rule below judges them"
     built = _waiting(tables, hw, side, ())
     parts = []
     for i, found in enumerate(probe["rounds"], 1):
