@@ -13,9 +13,9 @@ slowest rank's burst, less the mean over the ranks of each one's median burst: w
 seconds of compute adds to the step. (The median, as the runs' iteration is a median over their steps; the mean over
 the bursts is kept beside it.) :func:`distperf.cost.kernels.sync_wait` interpolates the table in d.
 
-On the 2-core machine, 5 December 2026 (two ranks, a layer of the ``small`` preset at micro-batch 1, 3.3 to 225 ms
-bursts), the slowest rank's burst took 6 to 17 % longer than the typical one: about a tenth of the compute between
-two synchronizations.
+On the 2-core machine, 5 December 2026, three rounds of this probe (``data/probes/skew-cpu-2c.json``; 3.5 to 224 ms
+bursts) read waits of 0.7 to 4.3 % of the burst; an hour before, while the machine ran slower, bursts of the ``small``
+preset's layer read 6 to 17 % as the mean over the bursts of the slowest rank's less its median.
 """
 from __future__ import annotations
 
