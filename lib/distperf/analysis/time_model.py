@@ -937,10 +937,14 @@ def _waiting(tables: dict, hw, side: dict | None, skew: tuple) -> pd.DataFrame:
     return errors(tables, priced)
 
 
+def _overall(e: pd.DataFrame) -> str:
+    """Both modes' median / largest |error| over every run of ``e`` (:func:`errors`)."""
+    return "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}" for mode in MODES)
+
+
 def _waits_described(e: pd.DataFrame, waited: pd.Series) -> str:
     signed = "; ".join(f"{mode} {e.loc[waited, mode].median():+.1%}" for mode in MODES)
-    whole = "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}" for mode in MODES)
-    return f"their median signed error {signed}; every run's median / largest |error| {whole}"
+    return f"their median signed error {signed}; every run's median / largest |error| {_overall(e)}"
 
 
 def skew_rule_sentence(tables: dict, hw, side: dict | None) -> str:
@@ -986,13 +990,11 @@ def skew_seen_sentence(tables: dict, hw, side: dict | None, probe: dict | None) 
         (_, d0, w0), (_, d1, w1) = table[0], table[-1]
         moved = "; ".join(f"{mode} {built.loc[waited, mode].median():+.1%} → {e.loc[waited, mode].median():+.1%}"
                           for mode in MODES)
-        whole = "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}" for mode in MODES)
         parts.append(f"round {i} ({w0 / d0:.1%} after {d0 * 1e3:.3g} ms, {w1 / d1:.1%} after {d1 * 1e3:.3g} ms): "
                      f"the {int(waited.sum())} runs it prices move by their median signed error {moved}, and every "
-                     f"run's median / largest |error| is {whole}")
-    return ("priced as built, every run's median / largest |error| "
-            + "; ".join(f"{mode} {built[mode].abs().median():.1%} / {built[mode].abs().max():.1%}" for mode in MODES)
-            + "; with the waits of each round of the probe of "
+                     f"run's median / largest |error| is {_overall(e)}")
+    return (f"priced as built, every run's median / largest |error| {_overall(built)}"
+            "; with the waits of each round of the probe of "
             f"{probe.get('provenance', {}).get('date', 'unknown date')[:10]}: " + "; ".join(parts))
 
 
