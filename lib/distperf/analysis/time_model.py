@@ -40,7 +40,7 @@ LADDER = (
     ("+ framework costs", lambda hw: replace(hw, kernels=hw.kernels.without("collectives", "contention"),
                                              collectives=())),
     ("+ collectives as issued", lambda hw: replace(hw, kernels=hw.kernels.without("contention"))),
-    ("+ overlap, contention, waits", lambda hw: hw),  # the waits for the slowest rank: KernelCosts.without
+    ("+ overlap and contention", lambda hw: hw),
 )
 # declared before the data: median and largest |signed error| of the iteration time per mode, and of the exposed
 # communication of the one parallelism a run uses, where it exceeds EXPOSED_SHARE of the iteration
@@ -615,10 +615,6 @@ def constants_table(hw) -> pd.DataFrame:
          "µs per unit (per microbatch, per step) at the unit size shown (million elements)",
          "one Block (s 64, h 384 to 1152) on every rank plain and under fully_shard without and with gradient "
          "synchronization, less the model's gathers, reduce-scatter and fsdp_unit_s; by ZeRO stage, at least 0"),
-        ("skew", "; ".join(f"{d * 1e3:.3g} ms: {w * 1e6:.3g}" for _, d, w in k.skew) if k.skew else "not measured",
-         f"µs waited for the slowest of {k.skew[0][0] if k.skew else 'the'} ranks after a burst of that length",
-         "bursts of 1 to 64 forwards and backwards of one Block (h 192, s 64) on every rank, aligned by an "
-         "all-reduce before each: the median over the bursts of the slowest rank's less the ranks' median burst"),
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
          "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: a "
@@ -920,13 +916,10 @@ def fsdp_units_seen_sentence(tables: dict, hw, probe: dict | None) -> str:
             f"elements): " + "; ".join(parts))
 
 
-SKEW_PROBE = "probes/skew-cpu-2c.json"  # under data/: the skew probe's rounds of 5 December 2026
-
-
 def _waiting(tables: dict, hw, side: dict | None, skew: tuple) -> pd.DataFrame:
-    """:func:`errors` on ``hw`` with the table ``skew`` of waits for the slowest rank in place of its own, and the
-    path constants that calibration's rounds then give (:func:`distperf.measure.rounds.profile_from_rounds`: the
-    tensor-parallel ones are fitted beside the waits)."""
+    """:func:`errors` on ``hw`` with the table ``skew`` of waits for the slowest rank, and the path constants that
+    calibration's rounds then give (:func:`distperf.measure.rounds.profile_from_rounds`: the tensor-parallel ones
+    fitted beside the waits)."""
     from ..measure.rounds import profile_from_rounds
 
     priced = replace(hw, kernels=replace(hw.kernels, skew=skew))
@@ -937,65 +930,38 @@ def _waiting(tables: dict, hw, side: dict | None, skew: tuple) -> pd.DataFrame:
     return errors(tables, priced)
 
 
-def _overall(e: pd.DataFrame) -> str:
-    """Both modes' median / largest |error| over every run of ``e`` (:func:`errors`)."""
-    return "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}" for mode in MODES)
-
-
 def _waits_described(e: pd.DataFrame, waited: pd.Series) -> str:
+    """The ``waited`` runs' median signed error and every run's median / largest |error|, both modes, in words."""
     signed = "; ".join(f"{mode} {e.loc[waited, mode].median():+.1%}" for mode in MODES)
-    return f"their median signed error {signed}; every run's median / largest |error| {_overall(e)}"
+    overall = "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}" for mode in MODES)
+    return f"their median signed error {signed}; every run's median / largest |error| {overall}"
 
 
 def skew_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     """The held-out runs whose ranks wait for each other beyond FSDP2's table (DDP, ZeRO-1, tensor parallelism: the
-    runs :func:`distperf.cost.stage.step_waits` and the tensor-parallel collectives price) with the profile's waits
-    for the slowest rank (``kernels.skew``, measured from 5 December 2026: :mod:`distperf.measure.skew`) and without
-    them (the model before; the tensor-parallel path constants refitted each way), in words. The rule declared
-    before the first build whose calibration measures the table: it stands if, in both modes, those runs' median
-    signed error lies nearer zero with it than without."""
+    runs :func:`distperf.cost.stage.step_waits` and the tensor-parallel collectives price) with the waits for the
+    slowest rank the calibration measured (its sidecar's ``conditions.skew``: :mod:`distperf.measure.skew`) and
+    without them (the model; the tensor-parallel path constants refitted each way), in words. The rule declared
+    before the first build whose calibration measured them: they stand if, in both modes, those runs' median signed
+    error lies nearer zero with them than without. It failed on the two builds of 5 December 2026 that measured
+    them, and the model dropped them; each build keeps judging them as a what-if."""
+    from ..measure.skew import skew_table
+
     if hw is None or hw.kernels is None:
         return "this build has no kernel time model"
-    if not hw.kernels.skew:
-        return "this calibration predates the skew probe and prices no wait for the slowest rank"
-    errs, without = _waiting(tables, hw, side, hw.kernels.skew), _waiting(tables, hw, side, ())
+    rows = (((side or {}).get("conditions") or {}).get("skew") or {}).get("rows")
+    if not rows:
+        return "this calibration did not measure the waits for the slowest rank"
+    errs, without = _waiting(tables, hw, side, skew_table(rows)), _waiting(tables, hw, side, ())
     waited = (errs.analytical - without.analytical).abs() > 1e-12
     if not waited.any():
         return "no held-out run synchronizes its ranks beyond FSDP2's units"
     nearer = all(abs(errs.loc[waited, mode].median()) < abs(without.loc[waited, mode].median()) for mode in MODES)
     return (f"over the {int(waited.sum())} held-out configurations whose ranks wait for each other, with the waits: "
-            f"{_waits_described(errs, waited)}; without them: {_waits_described(without, waited)}. The waits "
-            + ("stand: those runs' median signed error lies nearer zero with them in both modes" if nearer else
-               "do not stand: those runs' median signed error does not lie nearer zero with them in both modes"))
-
-
-def skew_seen_sentence(tables: dict, hw, side: dict | None, probe: dict | None) -> str:
-    """What the waits for the slowest rank would have done to a build priced on ``hw`` whose calibration did not
-    measure them, in words: per round of a later ``probe`` (``python -m distperf.measure.skew``), its waits after
-    the shortest and longest bursts, the runs they price (median signed error) and both modes' median and largest
-    |error|, with the tensor-parallel path constants refitted beside them. The build's runs were seen before the
-    probe was built: a what-if, not a validation."""
-    from ..measure.skew import skew_table
-
-    if hw is None or hw.kernels is None or not probe or not probe.get("rounds"):
-        return "no skew probe to price it with"
-    if hw.kernels.skew:
-        return "this build's calibration measured the waits itself, and the rule below judges them"
-    built = _waiting(tables, hw, side, ())
-    parts = []
-    for i, found in enumerate(probe["rounds"], 1):
-        table = skew_table(found["rows"])
-        e = _waiting(tables, hw, side, table)
-        waited = (e.analytical - built.analytical).abs() > 1e-12
-        (_, d0, w0), (_, d1, w1) = table[0], table[-1]
-        moved = "; ".join(f"{mode} {built.loc[waited, mode].median():+.1%} → {e.loc[waited, mode].median():+.1%}"
-                          for mode in MODES)
-        parts.append(f"round {i} ({w0 / d0:.1%} after {d0 * 1e3:.3g} ms, {w1 / d1:.1%} after {d1 * 1e3:.3g} ms): "
-                     f"the {int(waited.sum())} runs it prices move by their median signed error {moved}, and every "
-                     f"run's median / largest |error| is {_overall(e)}")
-    return (f"priced as built, every run's median / largest |error| {_overall(built)}"
-            "; with the waits of each round of the probe of "
-            f"{probe.get('provenance', {}).get('date', 'unknown date')[:10]}: " + "; ".join(parts))
+            f"{_waits_described(errs, waited)}; without them (the model): {_waits_described(without, waited)}. The "
+            "waits " + ("would stand: those runs' median signed error lies nearer zero with them in both modes"
+                        if nearer else "do not stand: those runs' median signed error does not lie nearer zero with "
+                                       "them in both modes"))
 
 
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:

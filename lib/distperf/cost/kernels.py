@@ -46,13 +46,16 @@ the :data:`STEP_FIT_MODEL` preset's tensor-parallel steps on two ranks,
 :func:`distperf.measure.path_fits.tensor_parallel_paths`; the sequence-parallel LayerNorms' small gradient
 all-reduces after the step get neither).
 
-**Waiting for the slowest rank.** Ranks that synchronize leave the collective when the last of them arrives, and two
-ranks given the same work do not finish it together: a synchronization after d seconds of compute on each adds
-``sync_wait(d)`` (:func:`sync_wait`, from the table ``skew`` the calibration measures:
-:mod:`distperf.measure.skew`): to every tensor-parallel collective (d: the microbatch's compute over its collectives),
-to DDP's and ZeRO-1's gradient reduction (d: the step's microbatches) and, since a run's iteration is its slowest
-rank's, to the step's last stretch on ranks that synchronize (d: the optimizer step). FSDP2's gathers get none: the
-unit table (``fsdp_units``) was measured on synchronized ranks and holds them.
+**Waiting for the slowest rank: a what-if, not a term.** Ranks that synchronize leave the collective when the last of
+them arrives, and two ranks given the same work do not finish it together: with a table ``skew`` set (by the book's
+what-if, from the calibration's sidecar ``conditions.skew``: :mod:`distperf.measure.skew`), a synchronization after d
+seconds of compute on each adds ``sync_wait(d)`` (:func:`sync_wait`) to every tensor-parallel collective (d: the
+microbatch's compute over its collectives), to DDP's and ZeRO-1's gradient reduction (d: the step's microbatches) and,
+since a run's iteration is its slowest rank's, to the step's last stretch on ranks that synchronize (d: the optimizer
+step); FSDP2's gathers get none (the unit table ``fsdp_units`` was measured on synchronized ranks). The model priced
+these waits from a profile's ``kernels.skew`` on 5 December 2026 only: their rule (the chapter "Where the time goes")
+failed on the two builds that measured them, so a profile's ``skew`` is no longer read and a calibration records the
+table in its sidecar alone.
 
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
@@ -132,7 +135,8 @@ class KernelCosts:
     # microbatch_s, step_s), …), measured on the calibration's ranks (:func:`fsdp_unit_extra`); () where not measured
     fsdp_units: tuple = ()
     # the slowest of the calibration's ranks over their typical one after a burst of compute: ((ranks, burst_s,
-    # wait_s), …), measured by distperf.measure.skew (:func:`sync_wait`); () where not measured
+    # wait_s), …), measured by distperf.measure.skew (:func:`sync_wait`); () unless a what-if sets it (never read
+    # from a profile: see the module docstring)
     skew: tuple = ()
 
     def __post_init__(self):
@@ -145,7 +149,8 @@ class KernelCosts:
     @classmethod
     def from_dict(cls, data: dict) -> KernelCosts:
         """From the JSON of a hardware profile's ``kernels`` (lists become tuples); KeyError/TypeError/ValueError on
-        a malformed one (:func:`distperf.hardware.load_profile` turns them into one message)."""
+        a malformed one (:func:`distperf.hardware.load_profile` turns them into one message). A ``skew`` table, which
+        the profiles of 5 December 2026 carry, is left out: the model no longer prices the waits it measures."""
         out = cls(linear_fp32=_rows(data["linear_fp32"]), linear_bf16=_rows(data.get("linear_bf16", ())),
                   attention=_rows(data["attention"]), elementwise=_rows(data["elementwise"]),
                   view=tuple(float(x) for x in data["view"]), module_call_s=float(data["module_call_s"]),
@@ -158,7 +163,6 @@ class KernelCosts:
                   probe=tuple(float(data["probe"][k]) for k in PROBE_PARTS) if data.get("probe") else (),
                   fsdp_units=tuple((int(e), int(z), float(mb), float(st)) for e, z, mb, st
                                    in data.get("fsdp_units", ())),
-                  skew=tuple((int(n), float(d), float(w)) for n, d, w in data.get("skew", ())),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
@@ -166,7 +170,7 @@ class KernelCosts:
                     out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
                     *(getattr(out, k) for k in WRAPPERS), *out.probe,
-                    *(x for row in out.fsdp_units for x in row), *(x for row in out.skew for x in row)]
+                    *(x for row in out.fsdp_units for x in row)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
                 for x in numbers):
@@ -178,7 +182,7 @@ class KernelCosts:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in WRAPPERS and not f.name.startswith("contention_")
-               and f.name not in ("overlap", "fsdp_overlap", "probe")}
+               and f.name not in ("overlap", "fsdp_overlap", "probe", "skew")}
         if self.probe:
             out["probe"] = dict(zip(PROBE_PARTS, self.probe))
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}

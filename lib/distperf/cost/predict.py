@@ -53,10 +53,10 @@ exposed tail (bucketed overlap with the last backward), the tied-embedding all-r
 step (memory-bound: bytes touched / memory bandwidth) follow, and, with measured kernels, the m − 1 additions of a
 microbatch's gradients to the accumulated ones and, where the profile prices FSDP2's units by their size, their
 per-step part (``StageCosts.step_compute``: :func:`distperf.cost.stage.fsdp_unit_work`; their per-microbatch part is
-in t_r). Iteration = the latest rank's end, plus, where the profile measured how long synchronized ranks wait for
-the slowest (``kernels.skew``), that rank's waits (:func:`distperf.cost.stage.step_waits`, counted as exposed
-communication; those of each tensor-parallel collective are in t_r); bubble = that rank's idle time inside the
-pipeline phase.
+in t_r). Iteration = the latest rank's end, plus, where a what-if sets how long synchronized ranks wait for the
+slowest (``kernels.skew``, which no profile sets: :mod:`distperf.cost.kernels`), that rank's waits
+(:func:`distperf.cost.stage.step_waits`, counted as exposed communication; those of each tensor-parallel collective
+are in t_r); bubble = that rank's idle time inside the pipeline phase.
 """
 from __future__ import annotations
 

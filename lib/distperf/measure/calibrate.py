@@ -40,9 +40,9 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``), and
   ``probe``: the machine's speed while they were measured (:mod:`distperf.measure.speed`: per part the median of a
   probe before each kernel table and one after the last, all in the sidecar's ``speed_probe.probes``), against
-  which each run's own probe scales them; ``skew``: how much longer the slowest of the ranks takes than the typical
-  one over bursts of compute started together (:mod:`distperf.measure.skew`), before the path constants are taken,
-  so that the tensor-parallel ones are what is left beside it.
+  which each run's own probe scales them. The sidecar's ``conditions.skew`` records how much longer the slowest of
+  the ranks takes than the typical one over bursts of compute started together (:mod:`distperf.measure.skew`); the
+  model does not price it (the book prices it as a what-if), so the path constants are taken without it.
 
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
 """
@@ -723,11 +723,10 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
         issued_fits = fit_issued(conditions["issued"], fits)
         kernels["contention"] = conditions["contention"]
         log(f"waiting for the slowest rank, on {ranks} ranks")
-        from .skew import SKEW_BURSTS, SKEW_BURSTS_QUICK, SKEW_UNITS, SKEW_UNITS_QUICK, skew_table, skew_waits
+        from .skew import SKEW_BURSTS, SKEW_BURSTS_QUICK, SKEW_UNITS, SKEW_UNITS_QUICK, skew_waits
 
         skew = skew_waits(ranks, SKEW_BURSTS_QUICK if quick else SKEW_BURSTS,
                           SKEW_UNITS_QUICK if quick else SKEW_UNITS, timeout=timeout)
-        kernels["skew"] = skew_table(skew["rows"])
         log(f"FSDP2 units by size, on {ranks} ranks")
         from .fsdp_overhead import fsdp_unit_times
 
@@ -765,7 +764,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                 "kernels.contention": "conditions.contention",
                                 "kernels.fsdp_units": "conditions.fsdp_units (distperf.measure.path_fits."
                                                       "fsdp_unit_table)",
-                                "kernels.skew": "conditions.skew (distperf.measure.skew.skew_table)",
+                                "conditions.skew": "measured, not priced: the book's what-if "
+                                                   "(distperf.measure.skew.skew_table)",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
                                            "step_fit, on the tiny preset; kernels.probe: per part the median "
                                            "of speed_probe.probes (distperf.measure.speed)"}}

@@ -120,7 +120,7 @@ def with_path_constants(hw, paths: dict, world: int):
     found = path_constants(paths, kernels, fits, world)
     kernels["contention"]["fsdp"] = found.pop("fsdp_overlap")
     kernels["wrappers"].update(found)
-    out = replace(hw, kernels=KernelCosts.from_dict(kernels))
+    out = replace(hw, kernels=replace(KernelCosts.from_dict(kernels), skew=hw.kernels.skew))  # a what-if's waits stay
     out = replace(out, kernels=replace(out.kernels, **tensor_parallel_paths(paths, out, world)))
     if "pp_microbatch_s" in paths:
         out = replace(out, kernels=replace(out.kernels, **pipeline_actions(paths, out, world)))
