@@ -113,14 +113,9 @@ def with_path_constants(hw, paths: dict, world: int):
     where their probes ran."""
     from dataclasses import replace
 
-    from ..cost.kernels import KernelCosts
-
     fits = {kind: {"all": {"alpha": a, "beta": b}} for kind, a, b in hw.collectives}
-    kernels = hw.kernels.to_dict()
-    found = path_constants(paths, kernels, fits, world)
-    kernels["contention"]["fsdp"] = found.pop("fsdp_overlap")
-    kernels["wrappers"].update(found)
-    out = replace(hw, kernels=replace(KernelCosts.from_dict(kernels), skew=hw.kernels.skew))  # a what-if's waits stay
+    found = path_constants(paths, hw.kernels.to_dict(), fits, world)
+    out = replace(hw, kernels=replace(hw.kernels, fsdp_overlap=found.pop("fsdp_overlap"), **found))
     out = replace(out, kernels=replace(out.kernels, **tensor_parallel_paths(paths, out, world)))
     if "pp_microbatch_s" in paths:
         out = replace(out, kernels=replace(out.kernels, **pipeline_actions(paths, out, world)))
