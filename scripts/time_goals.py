@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     print("The two rules: " + tm.rounds_rule_sentence(tables, hw, side) + ".")
     print("The two overlap probes: " + tm.overlap_rule_sentence(tables, hw, side) + ".")
     print("Recomputation's checkpoint: " + tm.recompute_rule_sentence(tables, hw) + ".")
-    print("FSDP2's units by size: " + tm.fsdp_units_rule_sentence(tables, hw) + ".")
+    print("FSDP2's units by size: " + tm.fsdp_units_rule_sentence(tables, hw, side) + ".")
     print("Waiting for the slowest rank: " + tm.skew_rule_sentence(tables, hw, side) + ".")
     spread = tm.path_rounds(side, hw)
     print("The tensor-parallel path constants' rounds: " + tm.path_sensitivity(tables, hw, spread) + ".")

@@ -526,7 +526,7 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
 
 
 def fsdp_units_time(cfg, hw, span) -> float:
-    """Seconds a step of ``cfg`` spends in the rank's FSDP2 units by their size (the profile's ``fsdp_units``,
+    """Seconds a step of ``cfg`` spends in the rank's FSDP2 units by their size (a what-if's ``fsdp_units``,
     :func:`distperf.cost.stage.fsdp_unit_work`): m times their per-microbatch part and their per-step part; 0 for
     other strategies or without the table. Where a run's breakdown files it: FSDP2's copies are other operators."""
     from ..cost.stage import Compute, fsdp_unit_work, model_states
@@ -611,10 +611,6 @@ def constants_table(hw) -> pd.DataFrame:
               ("tp_recompute_core_s", "attention core", "the same, selective"),
               ("tp_sp_recompute_layer_s", "layer", "the same, sequence parallel"),
               ("tp_sp_recompute_core_s", "attention core", "the same, sequence parallel and selective"))),
-        ("fsdp_units", _fsdp_units_value(k.fsdp_units),
-         "µs per unit (per microbatch, per step) at the unit size shown (million elements)",
-         "one Block (s 64, h 384 to 1152) on every rank plain and under fully_shard without and with gradient "
-         "synchronization, less the model's gathers, reduce-scatter and fsdp_unit_s; by ZeRO stage, at least 0"),
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
          "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: a "
@@ -624,16 +620,6 @@ def constants_table(hw) -> pd.DataFrame:
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")
              for kind, a, b in hw.collectives]
     return pd.DataFrame(rows, columns=["constant", "value", "unit", "microbenchmark"])
-
-
-def _fsdp_units_value(table: tuple) -> str:
-    """The ``fsdp_units`` table in a cell: its size and, per ZeRO stage, its largest unit's row."""
-    if not table:
-        return "not measured"
-    largest = {zero: max((r for r in table if r[1] == zero), key=lambda r: r[0])
-               for zero in sorted({r[1] for r in table})}
-    return f"{len(table)} rows; " + "; ".join(f"ZeRO-{z} at {n / 1e6:.3g}: {mb * 1e6:.3g}, {st * 1e6:.3g}"
-                                              for z, (n, _, mb, st) in largest.items())
 
 
 CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"))
@@ -848,12 +834,15 @@ def _signed_pairs(e: pd.DataFrame) -> str:
     return ", ".join(f"{r.analytical:+.1%} / {r.profiled:+.1%}" for r in e.itertuples())
 
 
-def fsdp_units_rule_sentence(tables: dict, hw) -> str:
-    """The held-out sharded runs (ZeRO-2, ZeRO-3) priced with the profile's ``fsdp_units`` table (measured from
-    5 December 2026: :func:`distperf.measure.path_fits.fsdp_unit_table`) and without it (the model before), in words:
-    their median signed error in both modes, and the ZeRO-3 runs of the largest model. The rule declared before the
-    first build whose calibration measures the table: it stands if, in both modes, those runs' median signed error
-    lies nearer zero with it than without."""
+def fsdp_units_rule_sentence(tables: dict, hw, side: dict | None) -> str:
+    """The held-out sharded runs (ZeRO-2, ZeRO-3) priced with the FSDP2 unit table the calibration's probe gives (its
+    sidecar's ``conditions.fsdp_units``: :func:`distperf.measure.path_fits.with_fsdp_units`) and without it (the
+    model), in words: their median signed error in both modes, and the ZeRO-3 runs of the largest model. The rule
+    declared before the first build whose calibration measured the table: it stands if, in both modes, those runs'
+    median signed error lies nearer zero with it than without. It stood on the first archive that measured it and
+    failed on the next two (5 December 2026), and the model dropped it; each build keeps judging it as a what-if."""
+    from ..measure.path_fits import with_fsdp_units
+
     if hw is None or hw.kernels is None:
         return "this build has no kernel time model"
     errs = errors(tables, hw)
@@ -869,51 +858,16 @@ def fsdp_units_rule_sentence(tables: dict, hw) -> str:
         return (f"median signed error {signed}; the ZeRO-3 run of {spec['config.model.name']} (analytical / "
                 f"profiled) {_signed_pairs(e[widest])}")
 
-    if not hw.kernels.fsdp_units:
-        return (f"this calibration predates the FSDP2 unit probe and prices no unit by its size: over the "
-                f"{int(sharded.sum())} held-out sharded configurations, {described(errs)}")
-    without = errors(tables, replace(hw, kernels=replace(hw.kernels, fsdp_units=())))
-    nearer = all(abs(errs.loc[sharded, mode].median()) < abs(without.loc[sharded, mode].median()) for mode in MODES)
+    found = ((side or {}).get("conditions") or {}).get("fsdp_units") or {}
+    if not found.get("rows"):
+        return (f"this calibration did not run the FSDP2 unit probe: over the {int(sharded.sum())} held-out sharded "
+                f"configurations, {described(errs)}")
+    priced = errors(tables, with_fsdp_units(hw, found["rows"], (side or {}).get("ranks") or 2))
+    nearer = all(abs(priced.loc[sharded, mode].median()) < abs(errs.loc[sharded, mode].median()) for mode in MODES)
     return (f"over the {int(sharded.sum())} held-out sharded configurations, with the FSDP2 unit table: "
-            f"{described(errs)}; without it: {described(without)}. The table "
-            + ("stands: their median signed error lies nearer zero with it in both modes" if nearer else
+            f"{described(priced)}; without it (the model): {described(errs)}. The table "
+            + ("would stand: their median signed error lies nearer zero with it in both modes" if nearer else
                "does not stand: their median signed error does not lie nearer zero with it in both modes"))
-
-
-FSDP_UNITS_PROBE = "probes/fsdp_units-cpu-2c.json"  # under data/: the unit probe's rounds of 5 December 2026
-
-
-def fsdp_units_seen_sentence(tables: dict, hw, probe: dict | None) -> str:
-    """What the FSDP2 unit table would have done to a build priced on ``hw`` whose calibration did not measure it,
-    in words: per round of a later ``probe`` (:func:`distperf.measure.fsdp_overhead.main` with ``--units``), the
-    widest unit's ZeRO-3 prices, the ZeRO-3 run of the largest model's signed errors and both modes' largest |error|
-    over the held-out runs, with the table that round gives on ``hw`` (:func:`~distperf.measure.path_fits.
-    with_fsdp_units`). The build's runs were seen before the table was built: a what-if, not a validation."""
-    from ..cost.kernels import fsdp_unit_extra
-    from ..cost.parameters import layer_parameters
-    from ..measure.path_fits import with_fsdp_units
-
-    if hw is None or hw.kernels is None or not probe or not probe.get("rounds"):
-        return "no unit probe to price it with"
-    errs = errors(tables, hw)
-    widest, spec = _widest_zero3(tables, errs)
-    if spec is None:
-        return "no held-out ZeRO-3 run"
-    unit = layer_parameters(int(spec["config.model.hidden"]), int(spec["config.model.ffn"]))
-    parts = []
-    for i, found in enumerate(probe["rounds"], 1):
-        priced = with_fsdp_units(hw, found["rows"], probe.get("ranks") or 2)
-        e = errors(tables, priced)
-        microbatch, step = fsdp_unit_extra(priced.kernels, 3, unit)
-        parts.append(f"round {i}: {microbatch * 1e3:.1f} ms per microbatch and {step * 1e3:.1f} ms per step per "
-                     f"unit, the run {_signed_pairs(e[widest])}, the largest |error| {e.analytical.abs().max():.1%} / "
-                     f"{e.profiled.abs().max():.1%}")
-    return (f"priced as built, the ZeRO-3 run of {spec['config.model.name']} missed by {_signed_pairs(errs[widest])} "
-            f"(analytical / "
-            f"profiled) and the largest |error| was {errs.analytical.abs().max():.1%} / "
-            f"{errs.profiled.abs().max():.1%}; with the table of each round of the probe of "
-            f"{probe.get('provenance', {}).get('date', 'unknown date')[:10]} (its unit of {unit / 1e6:.1f} million "
-            f"elements): " + "; ".join(parts))
 
 
 def _waiting(tables: dict, hw, side: dict | None, skew: tuple) -> pd.DataFrame:

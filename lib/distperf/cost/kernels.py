@@ -23,9 +23,8 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   backward pass (``backward_call_s``) and the trainer's fixed Python per step (``step_s``: the one constant not
   measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every validation),
   and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel layer's DTensor
-  dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``) per microbatch, and
-  by the unit's size what FSDP2's copies into and out of its flat buffers cost beyond that and beyond its collectives
-  as priced (``fsdp_units``: :func:`fsdp_unit_extra`), DDP's per step (``ddp_step_s``), and Adam's extra per DTensor
+  dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``) per microbatch,
+  DDP's per step (``ddp_step_s``), and Adam's extra per DTensor
   parameter (``adam_dtensor_tensor_s``); what recomputation (``torch.utils.checkpoint``) costs beyond the kernels of
   the forward it repeats, per recomputed layer (full) or attention core (selective): its hooks on every saved tensor,
   its bookkeeping and, under DTensor, the repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``;
@@ -56,6 +55,13 @@ step); FSDP2's gathers get none (the unit table ``fsdp_units`` was measured on s
 these waits from a profile's ``kernels.skew`` on 5 December 2026 only: their rule (the chapter "Where the time goes")
 failed on the two builds that measured them, so a profile's ``skew`` is no longer read and a calibration records the
 table in its sidecar alone.
+
+**FSDP2's units by their size: a what-if, not a term.** With a table ``fsdp_units`` set (by the book's what-if, from
+the calibration's sidecar ``conditions.fsdp_units``: :func:`distperf.measure.path_fits.with_fsdp_units`), every
+FSDP2 unit of a rank also costs what its copies into and out of its flat buffers take beyond ``fsdp_unit_s`` and its
+collectives as priced, by the unit's size (:func:`fsdp_unit_extra`). The model priced that table from a profile's
+``kernels.fsdp_units`` from 5 December 2026 until its rule (the chapter "Where the time goes") had failed on two of
+the three archives that measured it; a profile's ``fsdp_units`` is no longer read.
 
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
@@ -132,7 +138,8 @@ class KernelCosts:
     probe: tuple = ()
     # what an FSDP2 unit costs by its size beyond fsdp_unit_s and its collectives as the model prices them (copies in
     # and out of its flat buffers, fresh pages above the allocator's mmap threshold): ((elements, zero,
-    # microbatch_s, step_s), …), measured on the calibration's ranks (:func:`fsdp_unit_extra`); () where not measured
+    # microbatch_s, step_s), …), measured on the calibration's ranks (:func:`fsdp_unit_extra`); () unless a what-if
+    # sets it (never read from a profile: see the module docstring)
     fsdp_units: tuple = ()
     # the slowest of the calibration's ranks over their typical one after a burst of compute: ((ranks, burst_s,
     # wait_s), …), measured by distperf.measure.skew (:func:`sync_wait`); () unless a what-if sets it (never read
@@ -149,8 +156,8 @@ class KernelCosts:
     @classmethod
     def from_dict(cls, data: dict) -> KernelCosts:
         """From the JSON of a hardware profile's ``kernels`` (lists become tuples); KeyError/TypeError/ValueError on
-        a malformed one (:func:`distperf.hardware.load_profile` turns them into one message). A ``skew`` table, which
-        the profiles of 5 December 2026 carry, is left out: the model no longer prices the waits it measures."""
+        a malformed one (:func:`distperf.hardware.load_profile` turns them into one message). The ``skew`` and
+        ``fsdp_units`` tables some profiles of 5 December 2026 carry are left out: the model no longer prices them."""
         out = cls(linear_fp32=_rows(data["linear_fp32"]), linear_bf16=_rows(data.get("linear_bf16", ())),
                   attention=_rows(data["attention"]), elementwise=_rows(data["elementwise"]),
                   view=tuple(float(x) for x in data["view"]), module_call_s=float(data["module_call_s"]),
@@ -161,16 +168,13 @@ class KernelCosts:
                   overlap=float(data.get("contention", {}).get("overlap", 1.0)),
                   fsdp_overlap=float(data.get("contention", {}).get("fsdp", 1.0)),
                   probe=tuple(float(data["probe"][k]) for k in PROBE_PARTS) if data.get("probe") else (),
-                  fsdp_units=tuple((int(e), int(z), float(mb), float(st)) for e, z, mb, st
-                                   in data.get("fsdp_units", ())),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
                     out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
-                    *(getattr(out, k) for k in WRAPPERS), *out.probe,
-                    *(x for row in out.fsdp_units for x in row)]
+                    *(getattr(out, k) for k in WRAPPERS), *out.probe]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
                 for x in numbers):
@@ -182,7 +186,7 @@ class KernelCosts:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in WRAPPERS and not f.name.startswith("contention_")
-               and f.name not in ("overlap", "fsdp_overlap", "probe", "skew")}
+               and f.name not in ("overlap", "fsdp_overlap", "probe", "skew", "fsdp_units")}
         if self.probe:
             out["probe"] = dict(zip(PROBE_PARTS, self.probe))
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}

@@ -51,7 +51,8 @@ a tied embedding, the last rank also waits each step for the first rank's update
 finishes its last backward when the drain has still to cross ranks r − 1 … 0; then its data-parallel reduction's
 exposed tail (bucketed overlap with the last backward), the tied-embedding all-reduce and the optimizer
 step (memory-bound: bytes touched / memory bandwidth) follow, and, with measured kernels, the m − 1 additions of a
-microbatch's gradients to the accumulated ones and, where the profile prices FSDP2's units by their size, their
+microbatch's gradients to the accumulated ones and, where a what-if prices FSDP2's units by their size
+(``kernels.fsdp_units``, which no profile sets: :mod:`distperf.cost.kernels`), their
 per-step part (``StageCosts.step_compute``: :func:`distperf.cost.stage.fsdp_unit_work`; their per-microbatch part is
 in t_r). Iteration = the latest rank's end, plus, where a what-if sets how long synchronized ranks wait for the
 slowest (``kernels.skew``, which no profile sets: :mod:`distperf.cost.kernels`), that rank's waits

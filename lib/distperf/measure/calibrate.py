@@ -42,7 +42,9 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   probe before each kernel table and one after the last, all in the sidecar's ``speed_probe.probes``), against
   which each run's own probe scales them. The sidecar's ``conditions.skew`` records how much longer the slowest of
   the ranks takes than the typical one over bursts of compute started together (:mod:`distperf.measure.skew`); the
-  model does not price it (the book prices it as a what-if), so the path constants are taken without it.
+  model does not price it (the book prices it as a what-if), so the path constants are taken without it. Its
+  ``conditions.fsdp_units`` records FSDP2's unit probe (:func:`distperf.measure.fsdp_overhead.fsdp_unit_times`),
+  which the model does not price either (the book's what-if: :func:`distperf.measure.path_fits.with_fsdp_units`).
 
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
 """
@@ -61,7 +63,7 @@ import torch
 from ..config import DDP_BUCKET_MB
 from .alpha_beta import fit_collectives, fit_issued
 from .path_fits import (FSDP_UNIT_HIDDENS, FSDP_UNIT_HIDDENS_QUICK, PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES,
-                        STEP_FIT_MODEL, TP_FIT_BATCHES, tensor_parallel_fits, with_fsdp_units, with_path_constants)
+                        STEP_FIT_MODEL, TP_FIT_BATCHES, tensor_parallel_fits, with_path_constants)
 from .profiles import sidecar_path
 from .rounds import (ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, least_contention, median_rows,
                      moves, settled)
@@ -747,7 +749,6 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                   collectives_on=(ar["alpha"], ar["beta"]) if issued_fits else ())
     if conditions is not None:
         hw = with_path_constants(hw, conditions["paths"], ranks)
-        hw = with_fsdp_units(hw, fsdp_units["rows"], ranks)
         conditions["fsdp_units"] = fsdp_units
         conditions["skew"] = skew
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
@@ -762,8 +763,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                 "collectives": "issued_fits.<kind>.all: alpha and beta of each kind as a step "
                                                "issues it (conditions.issued)",
                                 "kernels.contention": "conditions.contention",
-                                "kernels.fsdp_units": "conditions.fsdp_units (distperf.measure.path_fits."
-                                                      "fsdp_unit_table)",
+                                "conditions.fsdp_units": "measured, not priced: the book's what-if "
+                                                         "(distperf.measure.path_fits.fsdp_unit_table)",
                                 "conditions.skew": "measured, not priced: the book's what-if "
                                                    "(distperf.measure.skew.skew_table)",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "

@@ -10,7 +10,8 @@ model: the chapter "Where the time goes" quotes what it measured.
 
 What the calibration keeps of the same measurement is :func:`fsdp_unit_times`: one layer of widths no preset has, plain
 and under ``fully_shard`` with and without gradient synchronization, from which
-:func:`distperf.measure.path_fits.fsdp_unit_table` prices a unit by its size.
+:func:`distperf.measure.path_fits.fsdp_unit_table` prices a unit by its size: a what-if of the book since that table
+left the model (its rule failed on two of the three archives that measured it).
 """
 from __future__ import annotations
 

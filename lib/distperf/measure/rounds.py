@@ -90,13 +90,12 @@ def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slic
     rounds of its noisy probes recomputed from the rounds ``issued``, ``paths`` and ``contention`` select, as the
     calibration takes them (:func:`distperf.measure.calibrate.calibrate`): each collective's α and β from the chosen
     issued rounds' median times (:func:`median_rows`; a collective with no positive time keeps the profile's), the
-    contention ratios their least round, the path constants from the chosen path rounds' median times
-    (:func:`distperf.measure.path_fits.with_path_constants`), and the FSDP2 unit table priced on those (where the
-    calibration ran its probe: :func:`~distperf.measure.path_fits.with_fsdp_units`). So a build can be priced with the
-    profile another rule would have given it. ValueError without rounds."""
+    contention ratios their least round, and the path constants from the chosen path rounds' median times
+    (:func:`distperf.measure.path_fits.with_path_constants`). So a build can be priced with the profile another rule
+    would have given it. ValueError without rounds."""
     from dataclasses import replace
 
-    from .path_fits import with_fsdp_units, with_path_constants
+    from .path_fits import with_path_constants
 
     conditions = (side or {}).get("conditions") or {}
     issued_rounds = (conditions.get("issued_rounds") or [])[issued]
@@ -111,6 +110,4 @@ def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slic
     out = replace(hw, collectives=tuple((kind, *fits[kind]) for kind in sorted(fits)),
                   kernels=replace(hw.kernels, **least))
     timed = {name: statistics.median(r[name] for r in path_rounds) for name in path_rounds[0]}
-    world = side.get("ranks") or 2
-    return with_fsdp_units(with_path_constants(out, timed, world), (conditions.get("fsdp_units") or {}).get("rows"),
-                           world)
+    return with_path_constants(out, timed, side.get("ranks") or 2)
