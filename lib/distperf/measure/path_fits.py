@@ -157,12 +157,12 @@ def fsdp_unit_table(rows: list[dict], hw, world: int) -> tuple:
     """The ``fsdp_units`` table (the book's what-if: no profile carries it) from the FSDP2 unit probe
     (:func:`distperf.measure.fsdp_overhead.fsdp_unit_times`: one layer's forward + backward on ``world`` ranks at
     once, plain, under ``fully_shard`` without gradient synchronization, and with it), priced by the cost model on
-    ``hw`` (the profile with its other path constants and no table): per row, (the unit's elements unsharded and padded, the ZeRO stage,
-    microbatch_s = no-sync step − plain step − the unit's gathers as exposed on ``hw`` − ``fsdp_unit_s``,
-    step_s = synchronized step − no-sync step − its reduce-scatter as exposed on ``hw``), each at least 0: what the
-    unit costs beyond what the model already prices, as :func:`pipeline_actions` does for the engines. The exposed
-    times are :func:`distperf.cost.communication.data_parallel`'s for a rank holding that one layer (gloo's
-    algorithms), its compute the plain step split 1 : 2."""
+    ``hw`` (the profile with its other path constants and no table): per row, (the unit's elements unsharded and
+    padded, the ZeRO stage, microbatch_s = no-sync step − plain step − the unit's gathers as exposed on ``hw`` −
+    ``fsdp_unit_s``, step_s = synchronized step − no-sync step − its reduce-scatter as exposed on ``hw``), each at
+    least 0: what the unit costs beyond what the model already prices, as :func:`pipeline_actions` does for the
+    engines. The exposed times are :func:`distperf.cost.communication.data_parallel`'s for a rank holding that one
+    layer (gloo's algorithms), its compute the plain step split 1 : 2."""
     from ..config import Layout, Training
     from ..cost.communication import data_parallel
     from ..cost.stage import Compute, Span, model_states
