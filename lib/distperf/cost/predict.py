@@ -126,7 +126,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     times = None if layer_times is None else profiled_times(layer_times)
     stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, unique, bucket_bytes, times, convention, backend)
     distinct = list(stages.values())  # in the order of unique
-    ranks = [distinct[i] for i in which]
+    ranks = distinct * p if len(distinct) == 1 else [distinct[i] for i in which]
 
     # activations: what each in-flight microbatch stashes, and the step's token ids (trainer)
     stash_layer, stash_embed, stash_head, working = _stashes(spec, b, t, sp, tr.precision, rc, convention)
@@ -158,13 +158,13 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     gradients_at_rest = not (sched in TWOBW_ENGINE and convention == "trainer")
     by_stage, at_rest, totals = [], [], []
     if versions:
-        for r, (rank, x) in enumerate(zip(ranks, activations)):
+        for rank, x, more in zip(ranks, activations, _more_versions(sched, p)):
             st = rank.states
             weights, grads, states = st.weights + st.gathered, st.gradients if m > 1 else st.gradients_single, \
                 st.optimizer_states
             total = weights + grads + states + x + working
             kept_weights, kept_grads, kept_states = st.at_rest
-            extra = (weight_versions(sched, p, r) - 1) * st.weights
+            extra = more * st.weights
             weights, total, kept_weights = weights + extra, total + extra, kept_weights + extra
             by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
                              "recompute_working": working, "total": total})
@@ -187,7 +187,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
                              "recompute_working": working, "total": total})
             at_rest.append(kept)
             totals.append(total)
-    peak = max(range(p), key=totals.__getitem__)
+    peak = totals.index(max(totals))
 
     # time: the pipeline, then each rank's step; the iteration ends with the last rank to finish
     updates = m if sched == "pipedream" else 1  # PipeDream updates the weights after every microbatch
@@ -310,6 +310,12 @@ def _spans(layers: tuple[int, ...], p: int, v: int) -> tuple[tuple[Span, ...], t
 
 
 @lru_cache(maxsize=4096)
+def _more_versions(schedule: str, p: int) -> tuple[int, ...]:
+    """The weight versions each rank holds beyond the first (:func:`~distperf.cost.schedules.weight_versions`)."""
+    return tuple(weight_versions(schedule, p, r) - 1 for r in range(p))
+
+
+@lru_cache(maxsize=4096)
 def _uniform(layers: int, stages: int) -> tuple[int, ...]:
     """:func:`distperf.config.uniform_partition`, cached."""
     return uniform_partition(layers, stages)
@@ -325,7 +331,7 @@ def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool,
 def clear_caches() -> None:
     """Forget cached per-stage costs (for benchmarks that must start cold)."""
     clear_cache()
-    for cached in (_stashes, _spans, _uniform, in_flight_per_rank, _model_totals, greedy_partition_max,
+    for cached in (_stashes, _spans, _uniform, _more_versions, in_flight_per_rank, _model_totals, greedy_partition_max,
                    zero_partition_loads, gloo_sent_bytes, binomial_sends, ddp_buckets, ddp_bucket_count):
         cached.cache_clear()
 
