@@ -24,13 +24,13 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every validation),
   and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel layer's DTensor
   dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``) per microbatch,
-  DDP's per step (``ddp_step_s``), and Adam's extra per DTensor
-  parameter (``adam_dtensor_tensor_s``); what recomputation (``torch.utils.checkpoint``) costs beyond the kernels of
-  the forward it repeats, per recomputed layer (full) or attention core (selective): its hooks on every saved tensor,
-  its bookkeeping and, under DTensor, the repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``;
-  ``tp_…`` and ``tp_sp_…`` for tensor- and sequence-parallel layers); and, measured on the calibration's ranks, a
-  pipeline action's cost in torch's pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``):
-  two actions per microbatch and stage (a rank of the interleaved schedule holds v stages, its chunks).
+  DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter (``adam_dtensor_tensor_s``); what
+  recomputation (``torch.utils.checkpoint``) costs beyond the kernels of the forward it repeats, per recomputed layer
+  (full) or attention core (selective): its hooks on every saved tensor, its bookkeeping and, under DTensor, the
+  repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``; ``tp_…`` and ``tp_sp_…`` for tensor- and
+  sequence-parallel layers); and, measured on the calibration's ranks, a pipeline action's cost in torch's
+  pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``): two actions per microbatch and
+  stage (a rank of the interleaved schedule holds v stages, its chunks).
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
