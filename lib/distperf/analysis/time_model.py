@@ -24,6 +24,7 @@ from ..cost import kernels as kn
 from ..cost.kernels import STEP_FIT_MODEL
 from ..cost.stage import layer_kernels
 from ..measure.path_fits import PIPE_MICROBATCHES
+from ..measure.profiles import sidecar_conditions
 from ..results import signed_error
 from . import goal_floor, rows, verdicts
 from .goal_floor import held_out_repeats
@@ -646,7 +647,7 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     from ..measure.path_fits import with_path_constants
 
     columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
-    conditions = (side or {}).get("conditions") or {}
+    conditions = sidecar_conditions(side)
     rounds = conditions.get("path_rounds") or []
     if hw is None or hw.kernels is None or not rounds or not side.get("issued_fits"):
         return pd.DataFrame(columns=columns)
@@ -677,7 +678,7 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
 def rounds_sentence(side: dict | None) -> str:
     """How many rounds the calibration ran of its noisy probes and whether the constants settled
     (:mod:`distperf.measure.rounds`; the sidecar's ``conditions.rounds``), in words."""
-    record = ((side or {}).get("conditions") or {}).get("rounds")
+    record = sidecar_conditions(side).get("rounds")
     if not record:
         return ("this calibration predates the rule: it ran a fixed number of rounds of the path and contention probes "
                 "and one of the issued collectives")
@@ -713,7 +714,7 @@ def rounds_rule_sentence(tables: dict, hw, side: dict | None) -> str:
         return "; ".join(f"{mode} {e[mode].abs().median():.1%} (largest {e[mode].abs().max():.0%})"
                          for mode in MODES)
 
-    rounds = len(((side or {}).get("conditions") or {}).get("path_rounds") or [])
+    rounds = len(sidecar_conditions(side).get("path_rounds") or [])
     return (f"priced with the profile from all {rounds} rounds, the held-out runs' median |error| is {priced(hw)}; "
             f"with the profile the earlier rule gives from the same calibration's first rounds, {priced(earlier)}")
 
@@ -727,7 +728,7 @@ def overlap_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     both modes' median and largest |error|, and the median signed error of the runs whose DDP buckets the overlap
     hides (:data:`DDP_STRATEGIES`), in words. The rule declared before the first build with it: the change is an
     improvement where those runs' median profiled signed error lies nearer zero with the calibrated overlap."""
-    rounds = ((side or {}).get("conditions") or {}).get("overlap_rounds") or []
+    rounds = sidecar_conditions(side).get("overlap_rounds") or []
     if not rounds or hw is None or hw.kernels is None:
         return "this calibration predates the probe of DDP's default bucket, and has no overlap to compare"
     earlier = float(np.median([r["overlap_1mib"] for r in rounds])) + 0.0  # never −0
@@ -858,7 +859,7 @@ def fsdp_units_rule_sentence(tables: dict, hw, side: dict | None) -> str:
         return (f"median signed error {signed}; the ZeRO-3 run of {spec['config.model.name']} (analytical / "
                 f"profiled) {_signed_pairs(e[widest])}")
 
-    found = ((side or {}).get("conditions") or {}).get("fsdp_units") or {}
+    found = sidecar_conditions(side).get("fsdp_units") or {}
     if not found.get("rows"):
         return (f"this calibration did not run the FSDP2 unit probe: over the {int(sharded.sum())} held-out sharded "
                 f"configurations, {described(errs)}")
@@ -903,7 +904,7 @@ def skew_rule_sentence(tables: dict, hw, side: dict | None) -> str:
 
     if hw is None or hw.kernels is None:
         return "this build has no kernel time model"
-    rows = (((side or {}).get("conditions") or {}).get("skew") or {}).get("rows")
+    rows = (sidecar_conditions(side).get("skew") or {}).get("rows")
     if not rows:
         return "this calibration did not measure the waits for the slowest rank"
     errs, without = _waiting(tables, hw, side, skew_table(rows)), _waiting(tables, hw, side, ())
@@ -922,7 +923,7 @@ def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
     """What the contention ratios alone do to the analytical mode, in words: its median and largest |error| over the
     held-out configurations priced with each round's compute and memory-bound contention ratios of the calibration
     (its sidecar's ``conditions.contention_rounds``) in place of the profile's, every other constant as profiled."""
-    rounds = ((side or {}).get("conditions") or {}).get("contention_rounds") or []
+    rounds = sidecar_conditions(side).get("contention_rounds") or []
     if hw is None or hw.kernels is None or not rounds:
         return "the calibration kept no rounds of its contention probe"
 

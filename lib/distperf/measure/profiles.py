@@ -41,6 +41,12 @@ def read_sidecar(profile: Path) -> dict | None:
         return None
 
 
+def sidecar_conditions(side: dict | None) -> dict:
+    """The sidecar's ``conditions``: what the calibration measured with its ranks at once (the noisy probes' rounds,
+    the what-ifs' probes); {} without a sidecar or without them."""
+    return (side or {}).get("conditions") or {}
+
+
 def threads_match(side: dict | None, threads: int | None) -> bool:
     """Whether a profile was calibrated at ``threads`` threads (unknown on either side counts as yes)."""
     return threads is None or side is None or side.get("threads") == threads

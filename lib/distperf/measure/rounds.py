@@ -96,8 +96,9 @@ def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slic
     from dataclasses import replace
 
     from .path_fits import with_path_constants
+    from .profiles import sidecar_conditions
 
-    conditions = (side or {}).get("conditions") or {}
+    conditions = sidecar_conditions(side)
     issued_rounds = (conditions.get("issued_rounds") or [])[issued]
     path_rounds = (conditions.get("path_rounds") or [])[paths]
     ratios = [r for r in (conditions.get("contention_rounds") or [])[contention] if r]
