@@ -390,10 +390,10 @@ def test_2bw_with_a_tied_embedding_waits_each_step_for_the_first_ranks_update(pp
     cfg = validate(Config(model=spec, layout=Layout(pp=pp, micro_batch=1, microbatches=8, schedule="2bw")))
     waited = predict(cfg)["time_s"]
     lay = cfg.layout
-    spans, unique, which = prediction._spans(lay.partition or prediction._uniform(spec.layers, pp), pp, 1)
+    spans, unique, which, _ = prediction._spans(lay.partition or prediction._uniform(spec.layers, pp), pp, 1)
     stages = stage_costs(spec, lay, cfg.training, prediction.PRESETS[prediction.DEFAULT], unique,
                          prediction.DDP_BUCKET_BYTES)
-    ranks = [stages[span] for span in spans]
+    ranks = [stages[i] for i in which]
     wait = sum(rank.drain for rank in ranks[:-1])
     assert wait > 0 and prediction.tied_update_wait(ranks) == pytest.approx(wait)
     last = ranks[-1]

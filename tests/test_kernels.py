@@ -245,7 +245,7 @@ def test_every_microbatch_after_the_first_adds_its_gradients():
     span = rank_spans(four)[0]
     added = accumulate_time(four.model, four.layout, hw, span)
     assert added > 0 and accumulate_time(four.model, four.layout, PRESETS["A100-80GB"], span) == 0.0
-    rank = stage_costs(four.model, four.layout, four.training, hw, (span,), 25 * 2**20)[span]
+    rank = stage_costs(four.model, four.layout, four.training, hw, (span,), 25 * 2**20)[0]
     assert predict(four, hw)["time_s"]["iteration"] == pytest.approx(4 * rank.microbatch + rank.optimizer + 3 * added)
 
 

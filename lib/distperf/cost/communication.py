@@ -10,9 +10,8 @@ algorithmic and the wire bytes of each collective.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..config import Layout, ModelSpec, Training
 from ..hardware import Hardware
@@ -25,10 +24,10 @@ if TYPE_CHECKING:
 ADAM_GRADIENT_USES = 3  # torch 2.13's single-tensor Adam reads a gradient three times (lerp_, addcmul_(g, g))
 
 
-@dataclass(frozen=True, slots=True)
-class Traffic:
+class Traffic(NamedTuple):
     """Bytes a rank sends for one kind of parallelism: algorithmic and on gloo's wire, once per step and per
-    microbatch."""
+    microbatch. (This and the terms below are named tuples: a sweep builds them at every cache miss, and a named
+    tuple is built in a third of a frozen dataclass's time.)"""
 
     step: float = 0.0
     microbatch: float = 0.0
@@ -39,8 +38,7 @@ class Traffic:
 NO_TRAFFIC = Traffic()
 
 
-@dataclass(frozen=True, slots=True)
-class TensorParallelTerms:
+class TensorParallelTerms(NamedTuple):
     """The tensor-parallel collectives: time of one microbatch's, of those of its backward pass, and after the
     last backward (sequence parallelism's LayerNorm gradients, read by the optimizer)."""
 
@@ -51,8 +49,7 @@ class TensorParallelTerms:
     calls: int = 0  # collectives per microbatch (each one a synchronization of the tensor-parallel ranks)
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineTerms:
+class PipelineTerms(NamedTuple):
     """Activations sent to the neighbouring ranks per microbatch, and the tied embedding's all-reduce per step."""
 
     sends: int  # per microbatch: forward and backward per chunk, but the model's two ends
@@ -61,8 +58,7 @@ class PipelineTerms:
     traffic: Traffic
 
 
-@dataclass(frozen=True, slots=True)
-class DataParallelTerms:
+class DataParallelTerms(NamedTuple):
     """The data-parallel (ZeRO) collectives: bytes, and the time each leaves exposed."""
 
     exposed_step: float  # after the last backward: DDP's bucketed all-reduce, ZeRO-1's broadcasts, FSDP2's reduction
@@ -277,8 +273,7 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
         if convention == "paper":  # one gather of the whole model
             gather = collective_time("all-gather", gathered * pb, dp, *link)
         else:  # FSDP2 gathers unit by unit: each call pays its latency
-            gather = sum(count * collective_time("all-gather", dp * shard * pb, dp, *link)
-                         for count, shard in states.units if count)
+            gather = unit_gathers(states.units, dp, pb, *link)
         layer = max((shard for count, shard in states.units if count), default=0)
         overlap = hw.kernels.fsdp_overlap if hw.kernels is not None else 1.0  # FSDP2's own path
         reduction = _bucketed(hw, gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp, group, backend,
@@ -294,6 +289,15 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
                           wire_microbatch=traffic.wire_microbatch + traffic.wire_step)
         exposed_microbatch, exposed_step = exposed_microbatch + exposed_step, 0.0
     return DataParallelTerms(exposed_step=exposed_step, exposed_microbatch=exposed_microbatch, traffic=traffic)
+
+
+@lru_cache(maxsize=4096)
+def unit_gathers(units: tuple, dp: int, pb: int, latency: float, bandwidth: float, algorithms: str) -> float:
+    """FSDP2's all-gathers of one microbatch's forward, unit by unit (each call pays its latency): Σ count ·
+    all-gather(dp · shard · pb) over the (count, shard elements) ``units`` (cached: a sweep's micro-batches and
+    recomputation modes leave them alike)."""
+    return sum(count * collective_time("all-gather", dp * shard * pb, dp, latency, bandwidth, algorithms)
+               for count, shard in units if count)
 
 
 def _bucketed(hw: Hardware, total: float, bucket: float, compute: float, kind: str, dp: int, group: int, backend: str,

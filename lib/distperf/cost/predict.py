@@ -62,6 +62,8 @@ are in t_r); bubble = that rank's idle time inside the pipeline phase.
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import itemgetter
+from typing import Callable
 
 from ..config import DDP_BUCKET_MB, TWOBW_ENGINE, Config, ConfigError, uniform_partition, validate
 from ..hardware import DEFAULT, PRESETS, Hardware
@@ -71,7 +73,7 @@ from . import parameters as par
 from .collectives import BACKENDS, ddp_bucket_count, gloo_sent_bytes
 from .model_states import greedy_partition_max, zero_partition_loads
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
-from .communication import binomial_sends
+from .communication import binomial_sends, unit_gathers
 from .stage import Span, StageCosts, clear_cache, ddp_buckets, stage_costs, step_waits
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
@@ -122,11 +124,10 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     n_chunks = p * v
 
     # ranks with the same layers and ends cost the same apart from the schedule
-    spans, unique, which = _spans(layers, p, v)
+    spans, unique, which, every = _spans(layers, p, v)
     times = None if layer_times is None else profiled_times(layer_times)
-    stages: dict[Span, StageCosts] = stage_costs(spec, lay, tr, hw, unique, bucket_bytes, times, convention, backend)
-    distinct = list(stages.values())  # in the order of unique
-    ranks = distinct * p if len(distinct) == 1 else [distinct[i] for i in which]
+    distinct = stage_costs(spec, lay, tr, hw, unique, bucket_bytes, times, convention, backend)  # in unique's order
+    ranks = every(distinct)
 
     # activations: what each in-flight microbatch stashes, and the step's token ids (trainer)
     stash_layer, stash_embed, stash_head, working = _stashes(spec, b, t, sp, tr.precision, rc, convention)
@@ -180,8 +181,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
             alike.append((weights, grads, st.optimizer_states, weights + grads + st.optimizer_states,
                           {"parameters": kept_weights, "gradients": kept_grads if gradients_at_rest else 0,
                            "optimizer_states": kept_states}))
-        for i, x in zip(which, activations):
-            weights, grads, states, held, kept = alike[i]
+        for (weights, grads, states, held, kept), x in zip(every(alike), activations):
             total = held + x + working
             by_stage.append({"parameters": weights, "gradients": grads, "optimizer_states": states, "activations": x,
                              "recompute_working": working, "total": total})
@@ -232,7 +232,7 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     global_batch = b * m * dp
     return {
         "parameters": parameters,
-        "parameters_per_stage": [rank.states.parameters for rank in ranks],
+        "parameters_per_stage": list(every([rank.states.parameters for rank in distinct])),
         "flops": {"model": global_batch * model_flops, "hardware": global_batch * hardware_flops},
         "memory_bytes": by_stage[peak],
         "memory_bytes_per_stage": totals,
@@ -302,11 +302,14 @@ def rank_spans(cfg: Config) -> tuple[Span, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _spans(layers: tuple[int, ...], p: int, v: int) -> tuple[tuple[Span, ...], tuple[Span, ...], tuple[int, ...]]:
-    """The :class:`Span` of each pipeline rank, the distinct ones, and which of those each rank holds (its index)."""
+def _spans(layers: tuple[int, ...], p: int, v: int) -> tuple[tuple[Span, ...], tuple[Span, ...], tuple[int, ...],
+                                                              Callable]:
+    """The :class:`Span` of each pipeline rank, the distinct ones, which of those each rank holds (its index), and a
+    function from the distinct ranks' values (a tuple or list in their order) to every rank's."""
     spans = tuple(Span(layers[r] if v == 1 else sum(layers[r::p]), r == 0, r == p - 1) for r in range(p))
     unique = tuple(dict.fromkeys(spans))
-    return spans, unique, tuple(map(unique.index, spans))
+    which = tuple(map(unique.index, spans))
+    return spans, unique, which, (itemgetter(*which) if len(unique) > 1 else lambda values: values * p)
 
 
 @lru_cache(maxsize=4096)
@@ -332,7 +335,8 @@ def clear_caches() -> None:
     """Forget cached per-stage costs (for benchmarks that must start cold)."""
     clear_cache()
     for cached in (_stashes, _spans, _uniform, _more_versions, in_flight_per_rank, _model_totals, greedy_partition_max,
-                   zero_partition_loads, gloo_sent_bytes, binomial_sends, ddp_buckets, ddp_bucket_count):
+                   zero_partition_loads, gloo_sent_bytes, binomial_sends, unit_gathers, ddp_buckets,
+                   ddp_bucket_count):
         cached.cache_clear()
 
 

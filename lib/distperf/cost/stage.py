@@ -91,9 +91,11 @@ class Compute:
     backward: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class StageCosts:
-    """A pipeline rank's costs apart from its place in the schedule and the number of microbatches."""
+    """A pipeline rank's costs apart from its place in the schedule and the number of microbatches. (Not frozen, and
+    compared by identity: a sweep builds one at every cache miss, and a frozen dataclass's ``__init__``, which sets
+    each field through ``object.__setattr__``, takes three times as long. Nothing changes one once built.)"""
 
     states: ModelStates
     microbatch: float  # t_r: compute + communication on the critical path
@@ -452,7 +454,7 @@ def accumulate_time(spec: ModelSpec, lay: Layout, hw: Hardware, span: Span) -> f
 # configuration; a tuple of its fields hashes and compares in C, the dataclass in Python).
 _fields = attrgetter(*(f.name for f in fields(Training)))
 
-_CACHE: dict = {}  # what the costs depend on but the span -> {span: StageCosts}
+_CACHE: dict = {}  # what the costs depend on but the spans -> {span: StageCosts, spans: (StageCosts, …)}
 _STATES: dict = {}  # the model states, which depend on fewer things (not micro-batch, recomputation, hardware)
 _TERMS: dict = {}  # the tensor- and pipeline-parallel terms, on what each depends on (tuples of different lengths)
 _CACHE_SIZE = 1 << 14
@@ -472,12 +474,13 @@ def _engine(lay: Layout, hw: Hardware) -> int:
     return 2 if hw.kernels is not None and lay.schedule in TWOBW_ENGINE else 0
 
 
-def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans, bucket_bytes: float,
-                times: tuple | None = None, convention: str = "trainer", backend: str = "nccl") -> dict[Span, StageCosts]:
-    """{span: :class:`StageCosts`} of the ranks holding ``spans``, cached on what they depend on: the model,
-    training and hardware, the layout but for its microbatches and schedule (PipeDream's update per microbatch
-    and the 2BW engine's cost per action aside), the bucket size, profiled times, the convention and the
-    backend (only as far as the costs read them: :func:`_zero`, :func:`_engine`)."""
+def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans: tuple, bucket_bytes: float,
+                times: tuple | None = None, convention: str = "trainer",
+                backend: str = "nccl") -> tuple[StageCosts, ...]:
+    """The :class:`StageCosts` of the ranks holding ``spans`` (a tuple of :class:`Span`), in their order, cached on
+    what they depend on: the model, training and hardware, the layout but for its microbatches and schedule
+    (PipeDream's update per microbatch and the 2BW engine's cost per action aside), the bucket size, profiled times,
+    the convention and the backend (only as far as the costs read them: :func:`_zero`, :func:`_engine`)."""
     key = (spec, _fields(tr), hw, bucket_bytes, times, lay.dp, lay.tp, lay.pp, lay.chunks, lay.micro_batch,
            lay.sequence_parallel, _zero(lay), lay.recompute, _engine(lay, hw), convention, backend)
     known = _CACHE.get(key)
@@ -485,13 +488,14 @@ def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans,
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.clear()
         known = _CACHE[key] = {}
-    out = {}
-    for span in spans:
-        found = known.get(span)
-        if found is None:
-            found = known[span] = _combine(spec, lay, tr, hw, span, bucket_bytes, times, convention, backend)
-        out[span] = found
-    return out
+    found = known.get(spans)  # the whole tuple: a sweep asks for the same ranks again and again
+    if found is None:
+        each = [known.get(span) for span in spans]
+        for i, span in enumerate(spans):
+            if each[i] is None:
+                each[i] = known[span] = _combine(spec, lay, tr, hw, span, bucket_bytes, times, convention, backend)
+        found = known[spans] = tuple(each)
+    return found
 
 
 def clear_cache() -> None:
