@@ -131,7 +131,6 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
 
     # activations: what each in-flight microbatch stashes, and the step's token ids (trainer)
     stash_layer, stash_embed, stash_head, working = _stashes(spec, b, t, sp, tr.precision, rc, convention)
-    flights = in_flight_per_rank(sched, p, m, v)
     trainer = convention == "trainer"
     tokens = 8 * b * m * dp * (s + 1) if trainer else 0  # act.trainer_token_bytes: the step's token ids
     # torch's pipelining receives each microbatch's input into a buffer of its own, which the stage's first layer
@@ -139,11 +138,12 @@ def predict(cfg: Config, hw: Hardware | None = None, bucket_bytes: float = DDP_B
     # the input is stage.activation_message, fp32
     received = b * s * h * 4 / (t if sp else 1) if p > 1 and trainer and sched in FLUSHING else 0.0
     if v == 1:
-        activations = [n[0] * k * stash_layer + (received * (m - n[0]) if r else 0.0)
-                       for r, (n, k) in enumerate(zip(flights, layers))]
-        activations[0] += flights[0][0] * stash_embed + tokens
-        activations[-1] += flights[-1][0] * stash_head + (tokens if b == 1 and p > 1 else 0)
+        counts, kept_inputs = _one_chunk_flights(sched, p, m)
+        activations = [n * k * stash_layer + received * g for n, k, g in zip(counts, layers, kept_inputs)]
+        activations[0] += counts[0] * stash_embed + tokens
+        activations[-1] += counts[-1] * stash_head + (tokens if b == 1 and p > 1 else 0)
     else:
+        flights = in_flight_per_rank(sched, p, m, v)
         activations = [0.0] * p
         activations[0] += tokens
         activations[(n_chunks - 1) % p] += tokens if b == 1 and p > 1 else 0
@@ -313,6 +313,14 @@ def _spans(layers: tuple[int, ...], p: int, v: int) -> tuple[tuple[Span, ...], t
 
 
 @lru_cache(maxsize=4096)
+def _one_chunk_flights(schedule: str, p: int, m: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """With one chunk per rank: the microbatches each rank holds in flight (:func:`in_flight_per_rank`), and how many
+    received inputs it keeps beyond them (m − in flight; none on the first rank, which receives nothing)."""
+    counts = tuple(n for n, in in_flight_per_rank(schedule, p, m, 1))
+    return counts, (0,) + tuple(m - n for n in counts[1:])
+
+
+@lru_cache(maxsize=4096)
 def _more_versions(schedule: str, p: int) -> tuple[int, ...]:
     """The weight versions each rank holds beyond the first (:func:`~distperf.cost.schedules.weight_versions`)."""
     return tuple(weight_versions(schedule, p, r) - 1 for r in range(p))
@@ -334,9 +342,9 @@ def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool,
 def clear_caches() -> None:
     """Forget cached per-stage costs (for benchmarks that must start cold)."""
     clear_cache()
-    for cached in (_stashes, _spans, _uniform, _more_versions, in_flight_per_rank, _model_totals, greedy_partition_max,
-                   zero_partition_loads, gloo_sent_bytes, binomial_sends, unit_gathers, ddp_buckets,
-                   ddp_bucket_count):
+    for cached in (_stashes, _spans, _uniform, _more_versions, _one_chunk_flights, in_flight_per_rank, _model_totals,
+                   greedy_partition_max, zero_partition_loads, gloo_sent_bytes, binomial_sends, unit_gathers,
+                   ddp_buckets, ddp_bucket_count):
         cached.cache_clear()
 
 
