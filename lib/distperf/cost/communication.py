@@ -27,7 +27,7 @@ ADAM_GRADIENT_USES = 3  # torch 2.13's single-tensor Adam reads a gradient three
 class Traffic(NamedTuple):
     """Bytes a rank sends for one kind of parallelism: algorithmic and on gloo's wire, once per step and per
     microbatch. (This and the terms below are named tuples: a sweep builds them at every cache miss, and a named
-    tuple is built in a third of a frozen dataclass's time.)"""
+    tuple of four fields is built in about 0.4 µs against a frozen dataclass's 0.7 µs.)"""
 
     step: float = 0.0
     microbatch: float = 0.0

@@ -95,7 +95,8 @@ class Compute:
 class StageCosts:
     """A pipeline rank's costs apart from its place in the schedule and the number of microbatches. (Not frozen, and
     compared by identity: a sweep builds one at every cache miss, and a frozen dataclass's ``__init__``, which sets
-    each field through ``object.__setattr__``, takes three times as long. Nothing changes one once built.)"""
+    each of the 15 fields through ``object.__setattr__``, takes about 1.7 µs against 0.45 µs. Nothing changes one once
+    built.)"""
 
     states: ModelStates
     microbatch: float  # t_r: compute + communication on the critical path
