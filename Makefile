@@ -91,7 +91,7 @@ data: $(filter $(LONG_RUNS),$(BUILD_RUNS)) $(filter-out $(LONG_RUNS),$(BUILD_RUN
 # papermill writes as it goes: run into a temporary file and keep it only when the whole notebook ran.
 $(EXECUTED)/%.ipynb: notebooks/%.ipynb $(MEASURE_SRC) | $(INSTALLED)
 	mkdir -p $(EXECUTED)
-	papermill --kernel python3 --cwd notebooks --execution-timeout 3600 \
+	papermill --engine distperf --kernel python3 --cwd notebooks --execution-timeout 3600 \
 	  -p scale $(SCALE) -p device $(DEVICE) $< $(@:.ipynb=.part.ipynb)
 	mv $(@:.ipynb=.part.ipynb) $@
 

@@ -76,8 +76,8 @@ def step_time_experiment(scale: str, device: str) -> dict:
 
 def plan(scale: str, device: str) -> list[list[str]]:
     out = ROOT / "_build" / "executed" / f"{scale}-{device}"
-    notebooks = [[sys.executable, "-m", "papermill", "--kernel", "python3", "--cwd", "notebooks", "-p", "scale", scale,
-                  "-p", "device", device, f"notebooks/{name}.ipynb", str(out / f"{name}.ipynb")]
+    notebooks = [[sys.executable, "-m", "papermill", "--engine", "distperf", "--kernel", "python3", "--cwd", "notebooks",
+                  "-p", "scale", scale, "-p", "device", device, f"notebooks/{name}.ipynb", str(out / f"{name}.ipynb")]
                  for name in NOTEBOOK_STEPS]
     return notebooks + [[sys.executable, str(Path(__file__).resolve()), flag, "--scale", scale, "--device", device]
                         for flag in ("--step-time", "--step-profile")]
