@@ -39,7 +39,12 @@ def test_each_config_names_a_prefix_of_its_own(own_tmpdir):
     assert first.KernelManager.transport == "ipc"
     assert first.KernelManager.ip != second.KernelManager.ip
     assert Path(first.KernelManager.ip).parent == own_tmpdir
-    assert len(first.KernelManager.ip) + len("-5") < 108  # sun_path
+    assert len(first.KernelManager.ip) + len("-5") < notebook_kernels.SUN_PATH
+
+
+def test_a_temporary_directory_too_long_for_a_socket_leaves_the_tcp_default(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("x" * notebook_kernels.SUN_PATH)))
+    assert "transport" not in notebook_kernels.ipc_config().KernelManager
 
 
 def test_papermill_engine_runs_the_kernel_over_ipc_and_removes_its_sockets(own_tmpdir):

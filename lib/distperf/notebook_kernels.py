@@ -21,12 +21,16 @@ import uuid
 from traitlets.config import Config
 
 
+SUN_PATH = 108  # bytes of a Unix socket's path, its terminating NUL included (Linux)
+
+
 def ipc_config() -> Config:
     """A kernel manager's configuration: ``ipc`` transport, socket files under a prefix of their own in ``$TMPDIR``.
 
-    A socket's path must stay under 108 bytes (``sun_path``): the prefix is the temporary directory plus 26
-    characters.
+    Where the temporary directory's path is too long for a socket's (``SUN_PATH``), the configuration is empty: the
+    kernel keeps jupyter_client's TCP ports, and the race above, rather than failing to start.
     """
     prefix = os.path.join(tempfile.gettempdir(), f"distperf-kernel-{uuid.uuid4().hex[:10]}")
+    if len(os.fsencode(f"{prefix}-5")) >= SUN_PATH:
+        return Config()
     return Config({"KernelManager": {"transport": "ipc", "ip": prefix}})
-
