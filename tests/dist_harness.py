@@ -17,10 +17,15 @@ import traceback
 import numpy as np
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def reserved_port() -> socket.socket:
+    """A socket bound to a free loopback port and kept open, not listening: while it is held the kernel gives the
+    port to no other socket (a port found free and released could be taken, by another test's gloo or a notebook's
+    kernel, before rank 0's store binds it), and rank 0's TCPStore still binds it (SO_REUSEADDR on both sockets:
+    libuv sets it on the store's)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def _plain(obj):
@@ -59,7 +64,8 @@ def spawn(fn, world_size: int, *args, timeout: float = 60.0, env: dict | None = 
     timeout *= max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     ctx = mp.get_context("fork")
     results = ctx.Queue()
-    port = free_port()
+    held = reserved_port()
+    port = held.getsockname()[1]
     procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, results, args, env or {}), daemon=True)
              for r in range(world_size)]
     for p in procs:
@@ -86,6 +92,7 @@ def spawn(fn, world_size: int, *args, timeout: float = 60.0, env: dict | None = 
             if p.is_alive():
                 p.kill()
                 p.join()
+        held.close()
     return [out[r] for r in range(world_size)]
 
 
