@@ -39,12 +39,22 @@ def test_each_config_names_a_prefix_of_its_own(own_tmpdir):
     assert first.KernelManager.transport == "ipc"
     assert first.KernelManager.ip != second.KernelManager.ip
     assert Path(first.KernelManager.ip).parent == own_tmpdir
-    assert len(first.KernelManager.ip) + len("-5") < notebook_kernels.SUN_PATH
+    assert len(first.KernelManager.ip) + len("-5") < notebook_kernels.SUN_PATH["linux"]
 
 
-def test_a_temporary_directory_too_long_for_a_socket_leaves_the_tcp_default(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("x" * notebook_kernels.SUN_PATH)))
-    assert "transport" not in notebook_kernels.ipc_config().KernelManager
+@pytest.mark.parametrize("platform, longest", [("linux", 108), ("darwin", 104)])
+def test_a_temporary_directory_too_long_for_a_socket_leaves_the_tcp_default(tmp_path, monkeypatch, platform,
+                                                                             longest):
+    def transport(length):  # the socket path's length: the directory, the 26-character prefix and "-5"
+        monkeypatch.setattr(tempfile, "tempdir", "/" + "x" * (length - len("/distperf-kernel-0123456789-5") - 1))
+        return notebook_kernels.ipc_config(platform).KernelManager.get("transport", "tcp")
+
+    assert transport(longest - 1) == "ipc"
+    assert transport(longest) == "tcp"
+
+
+def test_windows_keeps_the_tcp_default(own_tmpdir):
+    assert "transport" not in notebook_kernels.ipc_config("win32").KernelManager
 
 
 def test_papermill_engine_runs_the_kernel_over_ipc_and_removes_its_sockets(own_tmpdir):

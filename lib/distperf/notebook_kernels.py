@@ -15,22 +15,27 @@ Two ways in: papermill runs notebooks with the engine :class:`distperf.papermill
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 
 from traitlets.config import Config
 
+# bytes of a Unix socket's path, its terminating NUL included, by platform; elsewhere (macOS, the BSDs) 104
+SUN_PATH = {"linux": 108}
+SUN_PATH_ELSEWHERE = 104
 
-SUN_PATH = 108  # bytes of a Unix socket's path, its terminating NUL included (Linux)
 
-
-def ipc_config() -> Config:
+def ipc_config(platform: str = sys.platform) -> Config:
     """A kernel manager's configuration: ``ipc`` transport, socket files under a prefix of their own in ``$TMPDIR``.
 
-    Where the temporary directory's path is too long for a socket's (``SUN_PATH``), the configuration is empty: the
-    kernel keeps jupyter_client's TCP ports, and the race above, rather than failing to start.
+    Where the temporary directory's path is too long for a socket's (:data:`SUN_PATH`), or on Windows, whose ZeroMQ
+    has no ``ipc`` transport, the configuration is empty: the kernel keeps jupyter_client's TCP ports, and the race
+    above, rather than failing to start.
     """
+    if platform == "win32":
+        return Config()
     prefix = os.path.join(tempfile.gettempdir(), f"distperf-kernel-{uuid.uuid4().hex[:10]}")
-    if len(os.fsencode(f"{prefix}-5")) >= SUN_PATH:
+    if len(os.fsencode(f"{prefix}-5")) >= SUN_PATH.get(platform, SUN_PATH_ELSEWHERE):
         return Config()
     return Config({"KernelManager": {"transport": "ipc", "ip": prefix}})
