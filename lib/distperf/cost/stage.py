@@ -491,11 +491,10 @@ def stage_costs(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, spans:
         known = _CACHE[key] = {}
     found = known.get(spans)  # the whole tuple: a sweep asks for the same ranks again and again
     if found is None:
-        each = [known.get(span) for span in spans]
-        for i, span in enumerate(spans):
-            if each[i] is None:
-                each[i] = known[span] = _combine(spec, lay, tr, hw, span, bucket_bytes, times, convention, backend)
-        found = known[spans] = tuple(each)
+        for span in spans:
+            if span not in known:
+                known[span] = _combine(spec, lay, tr, hw, span, bucket_bytes, times, convention, backend)
+        found = known[spans] = tuple(known[span] for span in spans)
     return found
 
 
