@@ -14,8 +14,8 @@ configuration; what a perfect model would score against these measurements (:mod
 which misses lie outside their measured median's interval (:func:`distperf.analysis.time_model.beyond_noise`); how the
 two instruments of exposed communication compare; the exposed communication's errors per kind; each strategy's median
 signed error in both modes; and both modes' median and largest |error| in the chapter's variants that price each run at
-its own speed or contention. The chapter itself reads a default build's long studies from the archive; this reads only
-what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves the long studies out:
+the calibration's speed or with its own contention. The chapter itself reads a default build's long studies from the
+archive; this reads only what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves the long studies out:
 ``make data LONG=measure`` measures them).
 """
 from __future__ import annotations
@@ -57,7 +57,8 @@ def report(tables: dict, hw) -> str:
     if len(errs):
         parts += ["", errs.groupby("strategy")[["analytical", "profiled"]].median().to_string(
             float_format="{:+.1%}".format)]
-        variants = {"as calibrated": errs, "at each run's speed": tm.errors(tables, hw, speed=True),
+        variants = {"each run at its own speed (the rule)": errs,
+                    "at the calibration's speed": tm.errors(tables, hw, speed=False),
                     "with each run's contention": tm.errors(tables, hw, contention=True)}
         parts += ["", "Median / largest |error| of the chapter's variants (section \"The machine's speed\"):"]
         parts += [f"  {name}: " + "; ".join(f"{mode} {e[mode].abs().median():.1%} / {e[mode].abs().max():.1%}"

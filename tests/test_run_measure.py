@@ -20,6 +20,7 @@ from distperf import cli, presets
 from distperf.commands import run as run_command
 from distperf.config import Config, Layout, Training, validate
 from distperf.cost import predict
+from distperf.measure import speed
 from distperf.measure.breakdown import CLASSES
 
 STATES = ("parameters", "gradients", "optimizer_states")
@@ -144,10 +145,14 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(qu
     assert sum(split[c] for c in CLASSES) == pytest.approx(split["window"]) and split["matrix_products"] > 0
     assert split["communication"] > 0 and all(len(split["per_rank"][c]) == 2 for c in CLASSES)
 
-    # the prediction is the cost model's for this configuration on the given profile
+    # the prediction is the cost model's for this configuration on the given profile, its analytical time at the
+    # speed the run's own probe measured (both took one: the run on CPU, the calibration before its kernel tables)
     pred = r["prediction"]
     cfg = validate(Config(model=presets.model("tiny"), layout=Layout(dp=2, micro_batch=2)))
-    expected = predict(cfg, load_profile(profile), backend="gloo")
+    hw = load_profile(profile)
+    assert hw.kernels.probe and all(r["speed_probe"][k] > 0 for k in speed.PARTS)
+    expected = predict(cfg, speed.at_speed(hw, r["speed_probe"]), backend="gloo")
+    assert pred["at_run_speed"] is True
     assert pred["memory_bytes"] == expected["memory_bytes"] and pred["time_s"] == expected["time_s"]
     assert pred["hardware_source"]["kind"] == "profile" and pred["hardware_source"]["threads"] == 1
     # the profiled mode composes the parts both ranks timed at once after the measurement steps (measure.parts)
@@ -163,7 +168,7 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(qu
     assert pred["profiled"]["layer_times"]["optimizer"] == parts["optimizer"]
     times = {**{part: (parts[part]["forward_s"], parts[part]["backward_s"]) for part in ("layer", "embedding", "head")},
              "optimizer": parts["optimizer"], "ranks_at_once": 2}
-    assert pred["profiled"]["time_s"] == predict(cfg, load_profile(profile), backend="gloo", layer_times=times)["time_s"]
+    assert pred["profiled"]["time_s"] == predict(cfg, hw, backend="gloo", layer_times=times)["time_s"]  # as calibrated
 
     # every error follows from the numbers in the JSON
     err = r["error"]

@@ -75,18 +75,22 @@ def with_probe(r: dict, **ratios) -> dict:
     return {**r, **{f"{speed.COLUMN}{k}": v for k, v in slower(**ratios).items()}}
 
 
-def test_the_speed_variant_prices_each_run_at_its_own_speed_and_the_analytical_mode_does_not():
+def test_the_analytical_mode_prices_each_run_at_its_own_speed_and_its_calibrated_variant_does_not():
     slow = with_probe(row("small", 1.0, dp=2), gemm=2, elementwise=2, python=2)
     same = with_probe(row("small", 1.0, tp=2))
     plain = row("small", 1.0)  # measured before the probe existed
     frame = pd.DataFrame([slow, same, plain])
-    analytical, at_speed = (rows.with_predictions(frame, PROBED, check=False, speed=s) for s in (False, True))
-    assert analytical.predicted_s.to_numpy() == pytest.approx(rows.with_predictions(frame, HW).predicted_s.to_numpy())
-    assert at_speed.predicted_s.iloc[0] > 1.5 * analytical.predicted_s.iloc[0]  # every kernel twice as long
-    assert at_speed.predicted_s.iloc[1:].to_numpy() == pytest.approx(analytical.predicted_s.iloc[1:].to_numpy())
-    errs, fast = tm.errors({"regimes": frame}, PROBED), tm.errors({"regimes": frame}, PROBED, speed=True)
-    assert errs.analytical.to_numpy() == pytest.approx([0.0] * 3)  # the rows were made on HW's prediction
-    assert fast.analytical.iloc[0] > 0.5 and fast.analytical.iloc[1:].to_numpy() == pytest.approx([0.0, 0.0])
+    calibrated = rows.with_predictions(frame, PROBED, check=False, speed=False)
+    at_speed = rows.with_predictions(frame, PROBED, check=False)  # the rule: each run at its own speed
+    assert calibrated.predicted_s.to_numpy() == pytest.approx(
+        rows.with_predictions(frame, HW).predicted_s.to_numpy())  # HW has no probe: its runs stay as calibrated
+    assert at_speed.predicted_s.iloc[0] > 1.5 * calibrated.predicted_s.iloc[0]  # every kernel twice as long
+    assert at_speed.predicted_s.iloc[1:].to_numpy() == pytest.approx(calibrated.predicted_s.iloc[1:].to_numpy())
+    assert rows.run_hardware(PROBED, slow).kernels.step_s == pytest.approx(2 * PROBED.kernels.step_s)
+    assert rows.run_hardware(PROBED, pd.Series(plain)) is PROBED
+    errs, before = tm.errors({"regimes": frame}, PROBED), tm.errors({"regimes": frame}, PROBED, speed=False)
+    assert before.analytical.to_numpy() == pytest.approx([0.0] * 3)  # the rows were made on HW's prediction
+    assert errs.analytical.iloc[0] > 0.5 and errs.analytical.iloc[1:].to_numpy() == pytest.approx([0.0, 0.0])
 
 
 def test_repeats_fold_the_probe_by_its_median():
@@ -104,10 +108,11 @@ def test_the_speed_sentence_reads_the_probes_or_says_there_are_none():
             runs[f"{speed.COLUMN}{when}.{k}"] = runs[f"{speed.COLUMN}{k}"] * factor
     speeds = tm.speed_ratios({"regimes": runs}, PROBED)
     assert speeds.gemm.tolist() == pytest.approx([1.5, 1.0]) and speeds.python_apart.tolist() == pytest.approx([0.2] * 2)
-    text = tm.speed_sentence(speeds, tm.errors({"regimes": runs}, PROBED),
-                             tm.errors({"regimes": runs}, PROBED, speed=True))
+    text = tm.speed_sentence(speeds, tm.errors({"regimes": runs}, PROBED, speed=False),
+                             tm.errors({"regimes": runs}, PROBED))
     assert "over 2 held-out configurations" in text and "matrix product 1.25 (1.00–1.50)" in text
-    assert "the analytical mode's median |error| would go from 0.0% to" in text
+    assert "the analytical mode scores a median |error| of" in text
+    assert text.endswith("at the calibration's speed it would score 0.0% and 0%")
     assert tm.speed_ratios({"regimes": runs}, HW).empty  # a profile without a probe
     plain = tm.errors({"regimes": runs}, HW)
     assert tm.speed_sentence(tm.speed_ratios({"regimes": runs}, HW), plain, plain).startswith("none of its runs")

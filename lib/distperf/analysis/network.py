@@ -26,7 +26,7 @@ from ..cost import predict
 from ..emulation import spec as netspec
 from .pp_vs_dp import DP_LAYOUT, PP_LAYOUT, crossover, layout_names, pp_over_dp
 from .repeats import ratio_interval
-from .rows import bucket_bytes, config_of_row, global_batch, ok
+from .rows import bucket_bytes, config_of_row, global_batch, ok, run_hardware
 from .verdicts import share
 
 PREDICTED_RATES = np.logspace(6, 10, 161)  # 1 Mbit/s to 10 Gbit/s, for the predicted curves
@@ -203,8 +203,8 @@ def pp_vs_dp_rows(pp, hw, fits: dict):
     pp["layout"] = layout_names(pp)
     pp["samples"] = global_batch(pp)
     pp["measured"] = pp.samples / pp["iteration_time_s.median"]
-    pp["predicted"] = [r.samples / predict(config_of_row(r), link_hardware(hw, fits, r.rate, 1), bucket_bytes(r))
-                       ["time_s"]["iteration"] for _, r in pp.iterrows()]
+    pp["predicted"] = [r.samples / predict(config_of_row(r), run_hardware(link_hardware(hw, fits, r.rate, 1), r),
+                                           bucket_bytes(r))["time_s"]["iteration"] for _, r in pp.iterrows()]
     pp["error"] = results.signed_error(pp.predicted, pp.measured)
     return pp
 
@@ -308,8 +308,8 @@ def bucket_rows(bucket, hw, fits: dict):
     bucket["rate"] = bucket["network.inter_bit_per_s"].astype(float)
     bucket["bucket_mb"] = bucket["options.bucket_mb"].astype(float)
     bucket = bucket.sort_values("bucket_mb")
-    preds = [predict(config_of_row(r), link_hardware(hw, fits, r.rate, 1), bucket_bytes=r.bucket_mb * 2**20)
-             for _, r in bucket.iterrows()]
+    preds = [predict(config_of_row(r), run_hardware(link_hardware(hw, fits, r.rate, 1), r),
+                     bucket_bytes=r.bucket_mb * 2**20) for _, r in bucket.iterrows()]
     bucket["predicted_s"] = [p["time_s"]["iteration"] for p in preds]
     bucket["predicted_exposed_s"] = [p["time_s"]["communication_exposed"] for p in preds]
     bucket["measured_s"] = bucket["iteration_time_s.median"]
@@ -375,7 +375,8 @@ def placement_rows(place, hw, fits: dict):
     place["placement"] = np.where(place["options.mesh_order"] == "pp,dp,tp", INSIDE, ACROSS)
     place["samples"] = global_batch(place)
     place["measured"] = place.samples / place["iteration_time_s.median"]
-    place["predicted"] = [r.samples / predict(config_of_row(r), placed_hardware(hw, fits, r.rate, r.placement),
+    place["predicted"] = [r.samples / predict(config_of_row(r),
+                                              run_hardware(placed_hardware(hw, fits, r.rate, r.placement), r),
                                               bucket_bytes(r))["time_s"]["iteration"] for _, r in place.iterrows()]
     return place
 

@@ -22,7 +22,7 @@ from .. import presets, results
 from ..config import Config, Layout, Training, validate
 from ..cost import predict
 from .repeats import ratio_interval
-from .rows import PROFILED_ITERATION, bucket_bytes, config_of_row, global_batch, ok
+from .rows import PROFILED_ITERATION, bucket_bytes, config_of_row, global_batch, ok, run_hardware
 from .verdicts import share
 
 PP_LAYOUT, DP_LAYOUT = "PP 2 (1F1B)", "DP 2"
@@ -69,7 +69,9 @@ def last_pipeline_win(rates, ratios):
 
 def measured_runs(runs, hw):
     """The runs that succeeded, with ``layout``, ``model``, global batch ``B``, the cost model's ``prediction``
-    on ``hw`` (a hardware profile, or a function of the row that returns one: an emulated link's), ``tokens`` per iteration (B · seq), ``measured`` and ``predicted`` tokens/s and their signed
+    on ``hw`` (a hardware profile, or a function of the row that returns one: an emulated link's) at the run's own
+    speed (:func:`~distperf.analysis.rows.run_hardware`), ``tokens`` per iteration (B · seq), ``measured`` and
+    ``predicted`` tokens/s and their signed
     ``error``; ``profiled`` tokens/s and ``profiled_error`` from the run's own prediction with profiled layer
     times (NaN where it has none); ``spread``, the step-to-step p10–p90 range over the median; ``repeat_times``, the
     median step of each of the configuration's repeats (the interval of :func:`winner_table` rests on them); and
@@ -86,7 +88,8 @@ def measured_runs(runs, hw):
     runs["model"] = runs["config.model.name"]
     runs["B"] = global_batch(runs)
     hardware = hw if callable(hw) else lambda _: hw
-    runs["prediction"] = [predict(config_of_row(r), hardware(r), bucket_bytes(r)) for _, r in runs.iterrows()]
+    runs["prediction"] = [predict(config_of_row(r), run_hardware(hardware(r), r), bucket_bytes(r))
+                          for _, r in runs.iterrows()]
     runs["tokens"] = runs.B * runs["config.model.seq"]
     runs["measured"] = runs.tokens_per_s
     runs["predicted"] = runs.tokens / [p["time_s"]["iteration"] for p in runs.prediction]

@@ -6,7 +6,8 @@ result flattened into dotted columns, lists kept as JSON text.
 - :func:`config_of_row`, :func:`global_batch`: the :class:`~distperf.config.Config` a row trained, its global batch;
 - :func:`measured_memory`, :func:`most_loaded_memory`: memory by category (:data:`distperf.config.MEMORY_CATEGORIES`)
   per rank, and of the most loaded rank;
-- :func:`with_predictions`: the cost model's prediction beside each row.
+- :func:`with_predictions`: the cost model's prediction beside each row, each measured run priced on
+  :func:`run_hardware`: the profile at the speed the machine had during the run.
 """
 from __future__ import annotations
 
@@ -104,18 +105,31 @@ def bucket_bytes(row) -> float:
     return DDP_BUCKET_BYTES if mb is None or mb != mb else float(mb) * 2**20
 
 
-def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = False, contention: bool = False):
+def run_hardware(hw, row):
+    """The profile on which the analytical mode prices a measured run: ``hw`` with its kernel times scaled to the
+    speed the machine had during the run, as the run's speed probes measured it
+    (:func:`distperf.measure.speed.at_speed`), or ``hw`` itself where the row or ``hw`` holds no probe (a run before
+    the probe existed, a GPU run, a profile without measured kernels). A rule declared before the data adopted it on
+    5 December 2026 (the chapter "Where the time goes", section "The machine's speed"); a prediction made before any
+    run keeps the calibration's speed."""
+    from ..measure.speed import at_speed, of_row
+
+    return at_speed(hw, of_row(row))
+
+
+def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = True, contention: bool = False):
     """``frame`` with the cost model beside each row: ``prediction`` (the dictionary of
-    :func:`distperf.cost.predict` on ``hw`` — with ``speed``, its kernel times scaled to the speed the machine had
-    during the row's run where the row and ``hw`` hold speed probes, with ``contention`` the contention ratios
-    the row's ranks measured in place of the calibration's (:mod:`distperf.measure.speed`) —, with the DDP
+    :func:`distperf.cost.predict` on ``hw`` — with ``speed`` (the analytical mode's rule), its kernel times scaled to
+    the speed the machine had during the row's run (:func:`run_hardware`), else at the calibration's speed; with
+    ``contention`` the contention ratios the row's ranks measured in place of the calibration's
+    (:mod:`distperf.measure.speed`) —, with the DDP
     bucket of ``bucket_mb`` MiB per row, a column or one number, else the run's own (:func:`bucket_bytes`)),
     ``predicted_s``, ``predicted_exposed_s``, ``measured_s`` (the median step) and
     ``profiled_s`` (the run's own prediction from profiled layer times, NaN where it has none)."""
     import numpy as np
 
     from ..cost import predict
-    from ..measure.speed import at_contention, at_speed, of_row
+    from ..measure.speed import at_contention, of_row
 
     frame = frame.copy()
     if bucket_mb is None:
@@ -124,7 +138,7 @@ def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool 
         buckets = [float(mb) * 2**20 for mb in (bucket_mb if hasattr(bucket_mb, "__len__") else [bucket_mb] * len(frame))]
 
     def priced(row):
-        out = at_speed(hw, of_row(row)) if speed else hw
+        out = run_hardware(hw, row) if speed else hw
         return at_contention(out, of_row(row)) if contention else out
 
     frame["prediction"] = [predict(config_of_row(r), priced(r), bucket_bytes=b, check=check)

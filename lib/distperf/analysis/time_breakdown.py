@@ -65,7 +65,8 @@ def per_configuration(tables: dict, hw=None) -> pd.DataFrame:
         if hw is not None and hw.kernels is not None:
             from .time_model import predicted_classes
 
-            predicted = pd.DataFrame([predicted_classes(rows.config_of_row(r), hw, rows.bucket_bytes(r))
+            predicted = pd.DataFrame([predicted_classes(rows.config_of_row(r), rows.run_hardware(hw, r),
+                                                        rows.bucket_bytes(r))
                                       for _, r in runs.iterrows()],
                                      index=runs.index)
             for term in PREDICTED_CLASSES:

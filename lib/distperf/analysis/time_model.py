@@ -99,18 +99,20 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["model"] != STEP_FIT_MODEL]
 
 
-def errors(tables: dict, hw, speed: bool = False, contention: bool = False) -> pd.DataFrame:
+def errors(tables: dict, hw, speed: bool = True, contention: bool = False) -> pd.DataFrame:
     """Per held-out configuration: ``experiment``, ``config_hash``, ``strategy``, ``model``, ``measured_s``, and the
-    signed errors of the ``analytical`` mode (every term of the kernel time model on ``hw``) and the ``profiled`` one
-    (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw``); with
-    ``speed``, the variant that prices each run at the speed its probes measured, with ``contention`` the one that
-    prices its analytical mode with the contention its ranks measured (:mod:`distperf.measure.speed`)."""
+    signed errors of the ``analytical`` mode (every term of the kernel time model on ``hw``, each run at the speed its
+    probes measured: :func:`distperf.analysis.rows.run_hardware`) and the ``profiled`` one
+    (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw`` as calibrated);
+    without ``speed``, the variant whose analytical mode prices every run at the calibration's speed (the rule until
+    5 December 2026), with ``contention`` the one that prices its analytical mode with the contention its ranks
+    measured (:mod:`distperf.measure.speed`)."""
     frame = _frame(tables)
     if hw is None or not len(frame):
         return pd.DataFrame(columns=["experiment", "config_hash", "strategy", "model", "measured_s", "analytical",
                                      "profiled"])
     predicted = rows.with_predictions(frame, hw, check=False, speed=speed, contention=contention)
-    profiled = [profiled_prediction(r, hw, speed) for _, r in frame.iterrows()]
+    profiled = [profiled_prediction(r, hw) for _, r in frame.iterrows()]
     out = pd.DataFrame({"experiment": frame.experiment, "config_hash": frame.get("config_hash"),
                         "strategy": frame.apply(strategy, axis=1),
                         "model": frame["config.model.name"], "measured_s": predicted.measured_s,
@@ -208,13 +210,12 @@ def repeat_spread_sentence(spread: pd.DataFrame) -> str:
             f"{goal:.0%} median")
 
 
-def profiled_prediction(row, hw, speed: bool = False) -> float:
+def profiled_prediction(row, hw) -> float:
     """The profiled mode's iteration on ``hw``: :func:`distperf.cost.predict` with compute from the times the run
     profiled (its ``prediction.profiled.layer_times.*``: its ranks' parts measured all at once, with their optimizer
-    steps, or one process's per-layer times), every other term from ``hw`` as in the analytical mode (with
-    ``speed``, at the run's speed: :mod:`distperf.measure.speed`); NaN where the run had none."""
+    steps, or one process's per-layer times), every other term from ``hw`` as calibrated (the run's own speed is in
+    its parts already); NaN where the run had none."""
     from ..cost import predict
-    from ..measure.speed import at_speed, of_row
 
     try:
         times = {part: (float(row[f"{LAYER_TIMES}{part}.forward_s"]), float(row[f"{LAYER_TIMES}{part}.backward_s"]))
@@ -227,8 +228,8 @@ def profiled_prediction(row, hw, speed: bool = False) -> float:
     if at_once is not None and not pd.isna(at_once):  # the run's ranks measured their parts at once
         times.update(ranks_at_once=int(at_once),
                      optimizer={g: float(row[f"{LAYER_TIMES}optimizer.{g}"]) for g in ("layer_s", "first_s", "last_s")})
-    return predict(rows.config_of_row(row), at_speed(hw, of_row(row)) if speed else hw, rows.bucket_bytes(row),
-                   check=False, layer_times=times)["time_s"]["iteration"]
+    return predict(rows.config_of_row(row), hw, rows.bucket_bytes(row), check=False,
+                   layer_times=times)["time_s"]["iteration"]
 
 
 def _seen(value) -> bool:
@@ -319,8 +320,8 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         bubble, last = t["bubble"], p["slowest_stage"]
         if r["config.layout.schedule"] == "2bw":  # its measured step is drained: the fill and drain of a flush
             cfg = rows.config_of_row(r)
-            flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), hw, rows.bucket_bytes(r),
-                              check=False)
+            flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), rows.run_hardware(hw, r),
+                              rows.bucket_bytes(r), check=False)
             bubble, last = flushed["time_s"]["bubble"], flushed["slowest_stage"]
         step, ending = _breakdown_share(r) * iteration, _ending_share(r, last) * iteration
         window = r.get("time_breakdown_s.window")
@@ -615,7 +616,7 @@ def constants_table(hw) -> pd.DataFrame:
         ("probe", ", ".join(f"{v * 1e6:.3g}" for v in k.probe) if k.probe else "not measured",
          "µs (matrix product, GELU, module call)",
          "the speed probe (distperf.measure.speed) before each kernel table and after the last, median: a "
-         "run's own probe over it scales the tables in the variant priced at each run's speed"),
+         "run's own probe over it scales the tables when the analytical mode prices that run"),
     ]
     rows += [(f"collective {kind}", f"α = {a * 1e6:.3g}, β = {b / 1e9:.3g}", "µs, GB/s",
               "issued after a millisecond of matrix products on every rank, no barrier; α-β fit on ring terms")
@@ -1151,12 +1152,13 @@ def contention_sentence(tables: dict, hw, plain: pd.DataFrame, contended: pd.Dat
             f"from {a.median():.1%} to {b.median():.1%} and its largest from {a.max():.0%} to {b.max():.0%}")
 
 
-def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataFrame) -> str:
+def speed_sentence(speeds: pd.DataFrame, calibrated: pd.DataFrame, at_speed: pd.DataFrame) -> str:
     """What the runs' speed probes say, in words: each part's run/calibration ratio (median, least, largest), how far
     a run's two probes lie apart (the machine's speed moving within seconds, which no probe outside the steps can
-    follow), and each mode's median and largest |error| without (``plain``, :func:`errors`) and with the runs priced
-    at their own speed (``at_speed``, :func:`errors` with ``speed``)."""
-    if not len(plain):
+    follow), and the analytical mode's median and largest |error| with each run priced at its own speed
+    (``at_speed``, :func:`errors`: the mode's rule since 5 December 2026) and at the calibration's (``calibrated``,
+    :func:`errors` without ``speed``). The profiled mode does not change: its compute is the run's own."""
+    if not len(at_speed):
         return "it has no held-out configuration to price (every run trained the fit's preset)"
     if not len(speeds):
         return ("none of its runs took a speed probe (they, or its calibration, were measured before distperf took "
@@ -1170,12 +1172,9 @@ def speed_sentence(speeds: pd.DataFrame, plain: pd.DataFrame, at_speed: pd.DataF
             f"time, median (least–largest): {parts}; a run's probe before its timed steps and the one after them, a "
             f"few seconds apart, differ by a median {apart} (how far the machine's speed moves within seconds, "
             "which a probe outside the timed steps cannot follow)")
-    changes = []
-    for mode in MODES:
-        a, b = plain[mode].abs().dropna(), at_speed[mode].abs().dropna()
-        if len(a) and len(b):
-            changes.append(f"the {mode} mode's median |error| would go from {a.median():.1%} to {b.median():.1%} "
-                           f"and its largest from {a.max():.0%} to {b.max():.0%}")
-    if changes:
-        text += "; priced at each run's speed, " + ", and ".join(changes)
+    a, b = at_speed.analytical.abs().dropna(), calibrated.analytical.abs().dropna()
+    if len(a) and len(b):
+        text += (f"; priced at each run's speed, the analytical mode scores a median |error| of {a.median():.1%} and "
+                 f"a largest of {a.max():.0%}, where at the calibration's speed it would score {b.median():.1%} and "
+                 f"{b.max():.0%}")
     return text

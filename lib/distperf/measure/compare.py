@@ -4,10 +4,12 @@ The hardware and the layer times the prediction uses are chosen by :mod:`distper
 JSON says which (``prediction.hardware_source``).
 
 **Two predictions of time** ("analytical" and "profiled"): the cost model with compute as FLOPs over the
-calibrated matrix-product rate (or the measured kernel times), and with compute from profiled forward and backward
-times (:func:`distperf.cost.predict` with ``layer_times``): those the run's own ranks measured, all at once, on their
-own shapes, after the measurement steps (``part_times``, :mod:`distperf.measure.parts`), else one process's
-per-layer times. Both use the same α-β communication terms, with the
+calibrated matrix-product rate (or the measured kernel times, scaled to the speed the run's own speed probe measured
+where the run and the profile took one: :func:`distperf.measure.speed.at_speed`, ``prediction.at_run_speed``), and
+with compute from profiled forward and backward times (:func:`distperf.cost.predict` with ``layer_times``): those the
+run's own ranks measured, all at once, on their own shapes, after the measurement steps (``part_times``,
+:mod:`distperf.measure.parts`), else one process's per-layer times, every other term as calibrated. Both use the same
+α-β communication terms, with the
 collective algorithms of the run's backend (gloo's or NCCL's). The prediction counts what the trainer runs
 (``convention="trainer"``).
 
@@ -46,6 +48,7 @@ def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
     ``hardware_source`` and ``profiled`` (time from profiled layer times) added; None for ``none``."""
     from ..cost import predict
     from .profiles import choose_hardware, layer_times_for
+    from .speed import at_speed
 
     opts = result["options"]
     device = opts.get("device", "cpu")
@@ -55,8 +58,10 @@ def predictions(cfg: Config, result: dict, choice: str) -> dict | None:
         return None
     bucket = opts.get("bucket_mb", 25.0) * 2**20
     backend = "gloo" if result.get("backend") == "gloo" else "nccl"
-    out = predict(cfg, hw, bucket_bytes=bucket, check=False, backend=backend)
+    at_run = at_speed(hw, result.get("speed_probe"))  # the analytical mode's rule: the run's own speed
+    out = predict(cfg, at_run, bucket_bytes=bucket, check=False, backend=backend)
     out["hardware_source"] = source
+    out["at_run_speed"] = at_run is not hw
     if source["kind"] == "preset":
         out["profiled"] = {"unavailable": "a hardware preset has no profiled layer times of this machine"}
         return out

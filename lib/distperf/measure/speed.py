@@ -1,8 +1,9 @@
 """How fast this machine runs at this moment: a speed probe of three fixed microbenchmarks, taken by the calibration
 (before each of its kernel tables and after the last) and by every CPU run (before and after its timed steps), so
-that a run can be priced at the speed the machine had when it ran: a variant of the analytical mode, which the
-chapter "Where the time goes" evaluates in its section "The machine's speed" (the analytical mode itself prices
-every run at the calibration's speed).
+that a run can be priced at the speed the machine had when it ran. The analytical mode does so since 5 December 2026,
+by a rule declared before the build that judged it (the chapter "Where the time goes", section "The machine's
+speed", which also reports the mode at the calibration's speed); a prediction made before any run has no probe and
+keeps the calibration's speed.
 
 On a shared machine the same kernels do not take the same time an hour apart: in the reference build, the second
 calibration's fp32 matrix products took 0.61-0.74 of the first's, 71 minutes later, with nothing else running (a
