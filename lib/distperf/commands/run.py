@@ -18,8 +18,8 @@ timed ones measure ``memory_bytes`` (peak bytes by category of the most loaded r
 ``sent_bytes``, ``time_s``, ``exposed_s`` by kind; :mod:`distperf.measure.steps`, ``measured_steps``).
 An fp32 run, measuring or not, ends by timing what each of its ranks computes, all ranks at once (``part_times``,
 :mod:`distperf.measure.parts`). Then, in this process, ``prediction`` (the cost model on this machine's hardware
-profile, ``--hardware``, and the profiled mode from those parts) and ``error`` (signed relative errors;
-:mod:`distperf.measure.compare`).
+profile, ``--hardware``, its kernel times at the speed the run's own probe measured, ``at_run_speed``; and the
+profiled mode from those parts) and ``error`` (signed relative errors; :mod:`distperf.measure.compare`).
 
 With ``--network nodes=N,ranks_per_node=R,inter=RATE`` (or ``--network-like PRESET``) the ranks run as
 the hosts of an emulated cluster (:mod:`distperf.emulation`): one torchrun per node inside its network
