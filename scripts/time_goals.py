@@ -15,8 +15,8 @@ which misses lie outside their measured median's interval (:func:`distperf.analy
 two instruments of exposed communication compare; the exposed communication's errors per kind; each strategy's median
 signed error in both modes; and both modes' median and largest |error| in the chapter's variants that price each run at
 the calibration's speed or with its own contention. The chapter itself reads a default build's long studies from the
-archive; this reads only what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves the long studies out:
-``make data LONG=measure`` measures them).
+archive; this reads only what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves
+the long studies out: ``make data LONG=measure`` measures them).
 """
 from __future__ import annotations
 

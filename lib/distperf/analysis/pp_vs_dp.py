@@ -68,14 +68,14 @@ def last_pipeline_win(rates, ratios):
 
 
 def measured_runs(runs, hw):
-    """The runs that succeeded, with ``layout``, ``model``, global batch ``B``, the cost model's ``prediction``
-    on ``hw`` (a hardware profile, or a function of the row that returns one: an emulated link's) at the run's own
+    """The runs that succeeded, with ``layout``, ``model``, global batch ``B``, the cost model's ``prediction`` on
+    ``hw`` (a hardware profile, or a function of the row that returns one: an emulated link's) at the run's own
     speed (:func:`~distperf.analysis.rows.run_hardware`), ``tokens`` per iteration (B · seq), ``measured`` and
-    ``predicted`` tokens/s and their signed
-    ``error``; ``profiled`` tokens/s and ``profiled_error`` from the run's own prediction with profiled layer
-    times (NaN where it has none); ``spread``, the step-to-step p10–p90 range over the median; ``repeat_times``, the
-    median step of each of the configuration's repeats (the interval of :func:`winner_table` rests on them); and
-    ``memory``, the peak bytes of the most loaded rank where measured (NaN otherwise)."""
+    ``predicted`` tokens/s and their signed ``error``; ``profiled`` tokens/s and ``profiled_error`` from the
+    run's own prediction with profiled layer times (NaN where it has none); ``spread``, the step-to-step p10–p90
+    range over the median; ``repeat_times``, the median step of each of the configuration's repeats (the
+    interval of :func:`winner_table` rests on them); and ``memory``, the peak bytes of the most loaded rank
+    where measured (NaN otherwise)."""
     repeats = {}
     if "config_hash" in runs:
         for key, part in runs[runs["status"] == "ok"].groupby("config_hash"):
