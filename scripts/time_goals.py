@@ -5,18 +5,19 @@
 Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, or the archive with
 ``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy
 probes and whether they settled, and both modes priced with that profile and with the one the earlier rule gives from
-the same calibration; the runs that recompute with and without the checkpoint's constants; the FSDP2 unit table's
-and the waits for the slowest rank's rules; how far the rounds of the
-tensor-parallel path constants and of the pipeline action constants move those runs' profiled errors; the median and
-largest |signed error| of the analytical and profiled modes over the held-out configurations and of the exposed
-communication per kind, against the goals (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
+the same calibration; the runs that recompute with and without the checkpoint's constants; the FSDP2 unit table's and
+the waits for the slowest rank's rules; how far the rounds of the tensor-parallel path constants and of the pipeline
+action constants move those runs' profiled errors; whether DTensor's cost per byte of a collective's message stands
+(:func:`distperf.analysis.time_model.tp_bytes_rule`); the median and largest |signed error| of the analytical and
+profiled modes over the held-out configurations and of the exposed communication per kind, against the goals
+(:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
 configuration; what a perfect model would score against these measurements (:mod:`distperf.analysis.goal_floor`) and
 which misses lie outside their measured median's interval (:func:`distperf.analysis.time_model.beyond_noise`); how the
 two instruments of exposed communication compare; the exposed communication's errors per kind; each strategy's median
 signed error in both modes; and both modes' median and largest |error| in the chapter's variants that price each run at
 the calibration's speed or with its own contention. The chapter itself reads a default build's long studies from the
-archive; this reads only what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves
-the long studies out: ``make data LONG=measure`` measures them).
+archive; this reads only what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves the
+long studies out: ``make data LONG=measure`` measures them).
 """
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     spread = tm.path_rounds(side, hw)
     print("The tensor-parallel path constants' rounds: " + tm.path_sensitivity(tables, hw, spread) + ".")
     print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")
+    print("DTensor's cost per byte: " + tm.tp_bytes_rule_sentence(tables, hw, side) + ".")
     with pd.option_context("display.width", 200):
         print(report(tables, hw))
     return 0

@@ -25,10 +25,10 @@ from test_kernels import synthetic_costs  # noqa: E402
 HW = replace(PRESETS["A100-80GB"], name="synthetic", kernels=synthetic_costs(tp_layer_s=2e-4, fsdp_unit_s=1e-4))
 
 
-def row(model: str, ratio: float, profiled_ratio: float | None = None, **layout) -> dict:
-    """A sweep row of ``model`` whose measured median is the prediction on HW × ``ratio``."""
+def row(model: str, ratio: float, profiled_ratio: float | None = None, hw=HW, **layout) -> dict:
+    """A sweep row of ``model`` whose measured median is the prediction on ``hw`` × ``ratio``."""
     cfg = validate(Config(model=presets.model(model), layout=Layout(**{"micro_batch": 1, **layout})))
-    predicted = predict(cfg, HW)["time_s"]["iteration"]
+    predicted = predict(cfg, hw)["time_s"]["iteration"]
     out = {"config_hash": f"{model}{sorted(layout.items())}", "repeat": 0, "status": "ok", "source": "fresh",
            "iteration_time_s.median": predicted * ratio}
     for section in ("model", "layout", "training"):
@@ -39,7 +39,7 @@ def row(model: str, ratio: float, profiled_ratio: float | None = None, **layout)
 
         def profiled(k):
             times = {part: (k * f, k * b) for part, (f, b) in shape.items()}
-            return predict(cfg, HW, layer_times=times)["time_s"]["iteration"]
+            return predict(cfg, hw, layer_times=times)["time_s"]["iteration"]
 
         target = predicted * ratio * profiled_ratio
         k = (target - profiled(0.0)) / (profiled(1.0) - profiled(0.0))  # affine in k away from the schedule's kinks
@@ -204,7 +204,8 @@ def test_no_validation_row_was_used_to_fit_anything(monkeypatch):
 
     monkeypatch.setattr(cost, "predict", predict)
     steps = {f"{p}_b{b}_step_s": 0.05 for p in ("tp", "tp_sp") for b in TP_FIT_BATCHES}
-    assert set(tensor_parallel_paths(steps, HW, 2)) == {"tp_collective_s", "tp_sp_collective_s"}
+    assert set(tensor_parallel_paths(steps, HW, 2)) == {"tp_collective_s", "tp_sp_collective_s", "tp_collective_byte_s",
+                                                        "tp_sp_collective_byte_s"}
     assert seen == {STEP_FIT_MODEL}
     validation = {name for name in presets.MODELS if name != STEP_FIT_MODEL}
     assert set(tm.held_out(pd.DataFrame({"model": list(presets.MODELS)})).model) == validation
@@ -501,6 +502,35 @@ def test_the_rounds_rule_sentence_prices_both_rules_on_the_same_calibration():
     e = tm.errors(tables(), first)
     assert f"analytical {e.analytical.abs().median():.1%} (largest {e.analytical.abs().max():.0%})" in earlier
     assert "no rounds" in tm.rounds_rule_sentence(tables(), HW, {"conditions": {}})
+
+
+@pytest.mark.parametrize("truth", ["with", "alone"])
+def test_the_per_byte_rule_compares_both_fits_of_the_same_steps(truth):
+    """Steps of the tiny preset priced with a cost per collective and per byte; a tensor-parallel run of small measured
+    as either fit prices it: the rule stands where the per-byte fit is the truth, not where the per-call one is."""
+    from distperf.measure.path_fits import TP_FIT_BATCHES, tensor_parallel_paths
+
+    true = replace(HW, kernels=replace(HW.kernels, tp_collective_s=3e-4, tp_collective_byte_s=2e-9))
+
+    def step(b):
+        cfg = Config(model=presets.model(STEP_FIT_MODEL), layout=Layout(tp=2, micro_batch=b))
+        return predict(cfg, true, backend="gloo")["time_s"]["iteration"]
+
+    side = {"ranks": 2, "conditions": {"paths": {f"tp_b{b}_step_s": step(b) for b in TP_FIT_BATCHES}}}
+    fitted = replace(true, kernels=replace(true.kernels, **tensor_parallel_paths(side["conditions"]["paths"], true, 2,
+                                                                                  per_byte=truth == "with")))
+    runs = {"regimes": pd.DataFrame([row("small", 1.0, 1.0, hw=fitted, tp=2, micro_batch=b) for b in (1, 8)]
+                                    + [row("small", 1.1, 1.0, dp=2)])}
+    rule = tm.tp_bytes_rule(runs, true, side)
+    assert rule["runs"] == 2 and rule["stands"] == (truth == "with")
+    assert rule[truth]["analytical"][1] == pytest.approx(0.0, abs=1e-9)  # the fit that made the runs prices them
+    other = "alone" if truth == "with" else "with"
+    assert rule[other]["analytical"][0] > 0.01 and rule[other]["profiled"][1] > 0.01
+    text = tm.tp_bytes_rule_sentence(runs, true, side)
+    assert "the 2 tensor-parallel runs' median |error|" in text and "3 µs" not in text
+    assert ("the per-byte term stands" in text) == (truth == "with")
+    early = {"conditions": {"paths": {f"tp_b{b}_step_s": step(b) for b in (1, 2, 4)}}}
+    assert tm.tp_bytes_rule(runs, true, early) is None and "too few" in tm.tp_bytes_rule_sentence(runs, true, early)
 
 
 def test_the_overlap_rule_sentence_prices_both_probes_of_the_same_calibration():

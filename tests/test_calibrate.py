@@ -69,7 +69,11 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     assert overlap["bucket_bytes"] == 25 * 2**20 and overlap["collective_s"] > 0 and overlap["burst_s"] > 0
     assert 0 <= overlap["overlap_1mib"] <= 1 and hw.kernels.overlap == overlap["overlap"]
     paths = side["conditions"]["paths"]  # the tiny preset's tensor-parallel steps, which the path constants fit
-    assert all(paths[f"{p}_b{b}_step_s"] > 0 for p in ("tp", "tp_sp") for b in (1, 2, 4))
+    from distperf.measure.path_fits import TP_FIT_BATCHES
+
+    assert TP_FIT_BATCHES == (1, 4, 16, 64, 256)  # messages of 2 KiB to 512 KiB: a cost per call and one per byte
+    assert all(paths[f"{p}_b{b}_step_s"] > 0 for p in ("tp", "tp_sp") for b in TP_FIT_BATCHES)
+    assert hw.kernels.tp_collective_byte_s >= 0 and hw.kernels.tp_sp_collective_byte_s >= 0
     assert 0 <= side["background_cpu_share"] <= 1  # the machine's share other processes used meanwhile
     # the spawned ranks pinned as a run's are: a core each where the machine has a core per rank
     from distperf.launch import available_cores

@@ -23,7 +23,7 @@ import pandas as pd
 from ..cost import kernels as kn
 from ..cost.kernels import STEP_FIT_MODEL
 from ..cost.stage import layer_kernels
-from ..measure.path_fits import PIPE_MICROBATCHES
+from ..measure.path_fits import PIPE_MICROBATCHES, TP_FIT_BATCHES
 from ..measure.profiles import sidecar_conditions
 from ..results import signed_error
 from . import goal_floor, rows, verdicts
@@ -594,9 +594,14 @@ def constants_table(hw) -> pd.DataFrame:
          "collectives' α-β time"),
         ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",
          f"fitted on the {STEP_FIT_MODEL} preset: its tensor-parallel trainer's step on every rank less the model's "
-         "step without this constant, over the step's collectives; median over micro-batches 1, 2, 4, at least 0"),
+         f"step without this constant and the next, at micro-batches {', '.join(map(str, TP_FIT_BATCHES))}; least "
+         "squares over the steps' collectives and their bytes (relative to each step), each at least 0"),
+        ("tp_collective_byte_s", f"{k.tp_collective_byte_s * 1e6 * 1024:.3g}",
+         "µs per KiB of a tensor-parallel collective's message", "the same fit"),
         ("tp_sp_collective_s", f"{k.tp_sp_collective_s * 1e6:.3g}", "µs per sequence-parallel collective",
          "the same, sequence parallel"),
+        ("tp_sp_collective_byte_s", f"{k.tp_sp_collective_byte_s * 1e6 * 1024:.3g}",
+         "µs per KiB of a sequence-parallel collective's message", "the same, sequence parallel"),
         ("pp_action_s", f"{k.pp_action_s * 1e6:.3g}", "µs per action (a microbatch's forward or backward on a stage)",
          f"4 Blocks pipelined one stage per rank under torch's 1F1B: steps of {PIPE_MICROBATCHES[1]} microbatches "
          f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
@@ -625,7 +630,9 @@ def constants_table(hw) -> pd.DataFrame:
 
 
 CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"))
-PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_sp_collective_s", 1e6, "µs"), ("fsdp_overlap", 1.0, ""),
+PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
+                  ("tp_sp_collective_s", 1e6, "µs"), ("tp_sp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
+                  ("fsdp_overlap", 1.0, ""),
                   ("pp_action_s", 1e6, "µs"), ("twobw_action_s", 1e6, "µs"))
 
 
@@ -940,7 +947,8 @@ def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
             f"|error| would be {shown}; with the profile's {priced(k.contention_compute, k.contention_memory)}")
 
 
-TP_PATHS = ("tp_collective_s", "tp_sp_collective_s")  # the tensor-parallel path constants of PATH_CONSTANTS
+TP_PATHS = ("tp_collective_s", "tp_collective_byte_s", "tp_sp_collective_s",
+            "tp_sp_collective_byte_s")  # the tensor-parallel path constants of PATH_CONSTANTS
 PIPE_PATHS = ("pp_action_s", "twobw_action_s")  # the pipeline engines' action constants of PATH_CONSTANTS
 PATH_KINDS = {"tensor-parallel": (TP_PATHS, "tensor parallelism"), "pipeline": (PIPE_PATHS, "a pipeline")}
 
@@ -967,7 +975,8 @@ def path_sensitivity(tables: dict, hw, spread: pd.DataFrame, kind: str = "tensor
         return f"no held-out run used {uses}"
     lo, hi, base = low.profiled[moved], high.profiled[moved], now.profiled[moved]
     widest = (hi - lo).idxmax()
-    read = "; ".join(f"{r.constant} {r.min:.0f} to {r.max:.0f} {r.unit}" for r in found.itertuples())
+    read = "; ".join(f"{r.constant} {r.min:.{0 if r.max >= 100 else 2}f} to {r.max:.{0 if r.max >= 100 else 2}f} "
+                     f"{r.unit}" for r in found.itertuples() if r.max > 0)  # a constant at 0 in every round: unsaid
     whose = "run's" if moved.sum() == 1 else "runs'"
     return (f"over the calibration's {int(found.rounds.max())} rounds {read}; priced at the least and at the largest "
             f"instead of the profile's, the {int(moved.sum())} {kind} {whose} profiled signed errors lie "
@@ -975,6 +984,61 @@ def path_sensitivity(tables: dict, hw, spread: pd.DataFrame, kind: str = "tensor
             f"and {hi.median():+.1%}), against {base.min():+.1%} to {base.max():+.1%} as profiled (median "
             f"{base.median():+.1%}); the widest, {now.strategy[widest]} ({now.experiment[widest]}, measured "
             f"{now.measured_s[widest]:.3f} s), from {lo[widest]:+.1%} to {hi[widest]:+.1%}")
+
+
+def tp_bytes_rule(tables: dict, hw, side: dict | None) -> dict | None:
+    """The rule declared on 5 December 2026, before the first build that stepped the tensor-parallel trainer on the
+    :data:`~distperf.cost.kernels.STEP_FIT_MODEL` preset at micro-batches whose messages span 2 KiB to 512 KiB:
+    DTensor's cost per tensor-parallel collective keeps a term per byte of its message
+    (:func:`distperf.measure.path_fits.tensor_parallel_paths`) if, on the runs that term moves, both modes' median
+    |error| is lower with it than with the per-call constant alone (the rule until then, refitted on the same steps)
+    and their largest no higher. Both variants are refitted here from the calibration's median steps (its sidecar's
+    ``conditions.paths``) on ``hw``. Returns ``{"runs", "stands", "with", "alone", "constants"}`` (``with`` and
+    ``alone``: per mode, the moved runs' median and largest |error|; ``constants``: per variant, the fitted values),
+    or None where the calibration did not step the trainer at messages that span the fit's range."""
+    from ..measure.path_fits import BYTE_SPAN, tensor_parallel_paths
+
+    paths = sidecar_conditions(side).get("paths") or {}
+    stepped = sorted(int(k[4:-7]) for k in paths if k.startswith("tp_b") and k.endswith("_step_s"))
+    if hw is None or hw.kernels is None or not stepped or stepped[-1] < BYTE_SPAN * stepped[0]:
+        return None
+    world = (side or {}).get("ranks") or 2
+    found = {variant: tensor_parallel_paths(paths, hw, world, per_byte=variant == "with")
+             for variant in ("with", "alone")}
+    errs = {variant: errors(tables, replace(hw, kernels=replace(hw.kernels, **values)))
+            for variant, values in found.items()}
+    moved = ((errs["with"][list(MODES)] - errs["alone"][list(MODES)]).abs() > 1e-9).any(axis=1)
+    scores = {variant: {mode: (e[mode][moved].abs().median(), e[mode][moved].abs().max()) for mode in MODES}
+              for variant, e in errs.items()}
+    stands = bool(moved.any()) and all(scores["with"][m][0] < scores["alone"][m][0]
+                                       and scores["with"][m][1] <= scores["alone"][m][1] for m in MODES)
+    constants = {variant: {**{name: getattr(hw.kernels, name) for name in TP_PATHS}, **values}
+                 for variant, values in found.items()}
+    return {"runs": int(moved.sum()), "stands": stands, **scores, "constants": constants}
+
+
+def tp_bytes_rule_sentence(tables: dict, hw, side: dict | None) -> str:
+    """:func:`tp_bytes_rule` in words."""
+    rule = tp_bytes_rule(tables, hw, side)
+    if rule is None:
+        return ("this calibration's steps of the tensor-parallel trainer span too few message sizes to fit a cost per "
+                "byte (until 5 December 2026 they stepped at micro-batches 1, 2 and 4: 2 to 8 KiB)")
+    if not rule["runs"]:
+        return "no held-out run used tensor parallelism"
+
+    def said(variant: str) -> str:
+        c = rule["constants"][variant]
+        fit = (f"{c['tp_collective_s'] * 1e6:.0f} µs + {c['tp_collective_byte_s'] * 1e6 * 1024:.2f} µs/KiB, "
+               f"sequence parallel {c['tp_sp_collective_s'] * 1e6:.0f} µs + "
+               f"{c['tp_sp_collective_byte_s'] * 1e6 * 1024:.2f} µs/KiB")
+        return fit + ": " + "; ".join(f"{mode} {rule[variant][mode][0]:.1%} (largest {rule[variant][mode][1]:.1%})"
+                                     for mode in MODES)
+
+    runs = f"the {rule['runs']} tensor-parallel run{'s' if rule['runs'] != 1 else ''}"
+    verdict = ("the per-byte term stands: lower median and no higher largest in both modes" if rule["stands"] else
+               "the per-byte term does not stand: not a lower median and no higher largest in both modes")
+    return (f"with a cost per collective and per byte ({said('with')}) and with the per-call cost alone refitted on "
+            f"the same steps ({said('alone')}), {runs}' median |error|; {verdict}")
 
 
 def instruments_sentence(exposed: pd.DataFrame) -> str:

@@ -115,7 +115,8 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
     embedding output's gradient and the last stage's forward the head's input (b·s·h fp32 each); and each
     LayerNorm weight and bias keeps a Partial gradient, which the optimizer's reads turn Replicate by an
     all-reduce each (h fp32 values; Adam reads a gradient three times, SGD once) after the last backward. With
-    measured kernels each collective of a layer also costs DTensor's ``tp_collective_s`` (``tp_sp_collective_s``)."""
+    measured kernels each collective of a layer also costs DTensor's ``tp_collective_s`` + ``tp_collective_byte_s`` ·
+    its message's bytes (``tp_sp_collective_s``, ``tp_sp_collective_byte_s``)."""
     t = lay.tp
     if t == 1:
         return NO_TENSOR_PARALLEL
@@ -141,16 +142,20 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
                    ("all-gather", gather_value, int(span.last))),  # the head's input
                   (("all-gather", forward_value, 2 * n), ("reduce-scatter", backward_value, 2 * n),
                    ("all-gather", gather_value, int(span.first))))  # the embedding output's gradient
-    path = 0.0  # DTensor's cost per collective of a layer, measured
+    path = per_byte = 0.0  # DTensor's cost per collective of a layer and per byte of its message, measured
     if hw.kernels is not None:
-        path = hw.kernels.tp_sp_collective_s if lay.sequence_parallel else hw.kernels.tp_collective_s
+        k = hw.kernels
+        path, per_byte = ((k.tp_sp_collective_s, k.tp_sp_collective_byte_s) if lay.sequence_parallel
+                          else (k.tp_collective_s, k.tp_collective_byte_s))
     times, algorithmic, wire, count = [], 0.0, 0.0, 0
     for phase in phases:
         seconds = 0.0
         for kind, value, calls in phase:
             if calls:
                 count += calls
-                seconds += calls * (collective_time(kind, elements * value, t, *_link(hw, kind, t, backend)) + path)
+                message = elements * value
+                seconds += calls * (collective_time(kind, message, t, *_link(hw, kind, t, backend)) + path
+                                    + per_byte * message)
                 a, w = _volume(kind, elements * value, t, calls, value)
                 algorithmic, wire = algorithmic + a, wire + w
         times.append(seconds)

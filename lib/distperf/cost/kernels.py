@@ -40,9 +40,10 @@ only by the measured ``overlap`` (FSDP2's by ``fsdp_overlap``, measured on its o
 whole communication less that share of what perfect overlap would hide. Where FSDP2's path costs more than its
 collectives' α-β time (on two CPU ranks it does: copies in and out, waits, gloo's reduce-scatter run as an
 all-reduce), ``fsdp_overlap`` is negative and the exposed time is (1 − fsdp_overlap) times the α-β time. A tensor-parallel collective through
-DTensor costs ``tp_collective_s`` beyond its α-β time, a sequence-parallel layer's ``tp_sp_collective_s`` (fitted on
-the :data:`STEP_FIT_MODEL` preset's tensor-parallel steps on two ranks,
-:func:`distperf.measure.path_fits.tensor_parallel_paths`; the sequence-parallel LayerNorms' small gradient
+DTensor costs ``tp_collective_s`` + ``tp_collective_byte_s`` · its message's bytes beyond its α-β time, a
+sequence-parallel layer's ``tp_sp_collective_s`` + ``tp_sp_collective_byte_s`` · bytes (fitted on the
+:data:`STEP_FIT_MODEL` preset's tensor-parallel steps on two ranks at micro-batches whose messages span 2 KiB to
+512 KiB, :func:`distperf.measure.path_fits.tensor_parallel_paths`; the sequence-parallel LayerNorms' small gradient
 all-reduces after the step get neither).
 
 **Waiting for the slowest rank: a what-if, not a term.** Ranks that synchronize leave the collective when the last of
@@ -88,9 +89,10 @@ STEP_FIT_BATCHES = (1, 2, 4)  # its micro-batches in those fits
 FSDP_EXPOSURE_MAX = 100.0  # fsdp_overlap ≥ −100: FSDP2's path at most 101 times its collectives' α-β time
 RECOMPUTE_WRAPPERS = ("recompute_layer_s", "recompute_core_s", "tp_recompute_layer_s", "tp_recompute_core_s",
                       "tp_sp_recompute_layer_s", "tp_sp_recompute_core_s")
-WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", "tp_collective_s",
-            "tp_sp_collective_s", "pp_action_s", "twobw_action_s") + RECOMPUTE_WRAPPERS
-PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s")  # collectives as DTensor issues them
+PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s", "tp_collective_byte_s",
+                    "tp_sp_collective_byte_s")  # collectives as DTensor issues them: per call, per byte of the message
+WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", *PATH_COLLECTIVES,
+            "pp_action_s", "twobw_action_s") + RECOMPUTE_WRAPPERS
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 PROBE_PARTS = ("gemm_s", "elementwise_s", "python_s")  # measure.speed.PARTS (this module imports no torch)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
@@ -117,6 +119,8 @@ class KernelCosts:
     adam_dtensor_tensor_s: float = 0.0  # Adam's step on a DTensor parameter beyond a plain one
     tp_collective_s: float = 0.0  # a tensor-parallel collective through DTensor beyond its α-β time (two ranks)
     tp_sp_collective_s: float = 0.0  # the same for a sequence-parallel layer's all-gathers and reduce-scatters
+    tp_collective_byte_s: float = 0.0  # and beyond that, per byte of the collective's message (s/byte)
+    tp_sp_collective_byte_s: float = 0.0  # the same, sequence parallel
     pp_action_s: float = 0.0  # a pipeline action (one microbatch's forward or backward on a stage) in torch's runtime
     twobw_action_s: float = 0.0  # the same in the 2BW engine (both beyond the stage's layers and its sends)
     # what torch.utils.checkpoint costs per recomputed layer (full) or attention core (selective) beyond the kernels

@@ -532,11 +532,12 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     return out
 
 
-def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: bool, reps: int) -> float:
-    """The median seconds of ``reps`` training steps (after two) of the tensor-parallel trainer on the
-    :data:`~distperf.cost.kernels.STEP_FIT_MODEL` preset over the ``world`` ranks (one microbatch of ``micro_batch``),
-    the slowest rank's: what :func:`distperf.measure.path_fits.tensor_parallel_paths` fits DTensor's cost per
-    collective on."""
+def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: bool, reps: int,
+                              model: str = STEP_FIT_MODEL) -> float:
+    """The median seconds of ``reps`` training steps (after two) of the tensor-parallel trainer on the preset
+    ``model`` (the :data:`~distperf.cost.kernels.STEP_FIT_MODEL` preset unless a diagnostic asks for another) over the
+    ``world`` ranks (one microbatch of ``micro_batch``), the slowest rank's: what
+    :func:`distperf.measure.path_fits.tensor_parallel_paths` fits DTensor's cost per collective on."""
     import statistics
 
     import torch.distributed as dist
@@ -546,7 +547,7 @@ def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: b
     from ..parallel.loop import build_trainer
     from ..tokens import make_source
 
-    spec = presets.model(STEP_FIT_MODEL)
+    spec = presets.model(model)
     cfg = validate(Config(model=spec, layout=Layout(tp=world, micro_batch=micro_batch,
                                                     sequence_parallel=sequence_parallel)))
     trainer = build_trainer(cfg, RunOptions(device="cpu"), torch.device("cpu"))

@@ -6,12 +6,13 @@ on the shapes and counts defined here.
 """
 from __future__ import annotations
 
-from ..cost.kernels import STEP_FIT_BATCHES, STEP_FIT_MODEL
+from ..cost.kernels import STEP_FIT_MODEL
 
 PATH_PROBE = dict(name="path-probe", layers=4, hidden=256, heads=4, vocab=16, seq=64)  # no preset's shape
 PATH_UNITS = 4
 PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the time of a microbatch
-TP_FIT_BATCHES = STEP_FIT_BATCHES  # the micro-batches of the tiny preset's tensor-parallel steps
+# the micro-batches of the tiny preset's tensor-parallel steps: messages of b·16·32·4 bytes, 2 KiB to 512 KiB
+TP_FIT_BATCHES = (1, 4, 16, 64, 256)
 # one Transformer layer under FSDP2 at widths no preset has, whose units (12·h² + 13·h elements) bracket the presets'
 # from 1.8 to 16 million (the wide preset's is 12.6 million; glibc's mmap threshold, 32 MiB of fp32, 8.4 million)
 FSDP_UNIT_PROBE = dict(name="fsdp-unit-probe", layers=1, vocab=16, seq=64)
@@ -77,46 +78,88 @@ def tensor_parallel_fits(world: int) -> bool:
     return spec.heads % world == 0 and spec.seq % world == 0
 
 
-def tensor_parallel_paths(paths: dict, hw, world: int) -> dict:
-    """``tp_collective_s`` and ``tp_sp_collective_s``: what a collective through DTensor costs beyond every other
-    term of the cost model, fitted on the :data:`STEP_FIT_MODEL` preset (the one preset constants may be fitted on;
-    no validation uses it): per micro-batch b of :data:`TP_FIT_BATCHES`, (the tensor-parallel trainer's measured step,
-    ``tp_b<b>_step_s`` — ``tp_sp_b<b>_step_s`` with sequence parallelism — − the cost model's step on ``hw`` with the
-    constant 0) / the step's collectives (the cost model's own count: the step's change per second of the constant),
-    the median over the micro-batches, at least 0. A constant whose steps were not measured stays ``hw``'s."""
-    import statistics
+def tensor_parallel_paths(paths: dict, hw, world: int, per_byte: bool = True) -> dict:
+    """``tp_collective_s`` and ``tp_collective_byte_s`` (``tp_sp_collective_s``, ``tp_sp_collective_byte_s``): what a
+    collective through DTensor costs beyond every other term of the cost model, per call and per byte of its message,
+    fitted on the :data:`STEP_FIT_MODEL` preset (the one preset constants may be fitted on; no validation uses it).
+    Per micro-batch b that the probes measured (:data:`TP_FIT_BATCHES`), the residual y_b = the tensor-parallel
+    trainer's measured step (``tp_b<b>_step_s``; ``tp_sp_b<b>_step_s`` with sequence parallelism) − the cost model's
+    step on ``hw`` with both constants 0, n_b the step's collectives and B_b their bytes (the cost model's own: the
+    step's change per unit of each constant). The fit is y_b = c·n_b + c_B·B_b by least squares on the residuals
+    relative to the measured step, with both at least 0 (c_B < 0: c_B = 0 and c as below; c < 0: c = 0 and c_B
+    refitted alone). Without ``per_byte``, or where the measured messages span less than :data:`BYTE_SPAN` (the
+    calibrations until 5 December 2026 stepped at micro-batches 1, 2 and 4 only), c_B = 0 and c = median_b(y_b /
+    n_b), at least 0: the rule until 5 December 2026. A constant whose steps were not measured stays ``hw``'s."""
+    import re
+
+    out = {}
+    for sp, prefix in ((False, "tp"), (True, "tp_sp")):
+        stepped = sorted(int(found.group(1)) for key in paths
+                         if (found := re.fullmatch(rf"{prefix}_b(\d+)_step_s", key)))
+        points = []  # (measured, y_b, n_b, B_b)
+        for b in stepped:
+            measured = paths[f"{prefix}_b{b}_step_s"]
+            bare, calls, nbytes = step_terms(STEP_FIT_MODEL, b, sp, hw, world)
+            points.append((measured, measured - bare, calls, nbytes))
+        if points:
+            out[f"{prefix}_collective_s"], out[f"{prefix}_collective_byte_s"] = _per_call_and_byte(points, per_byte)
+    return out
+
+
+def step_terms(model: str, micro_batch: int, sequence_parallel: bool, hw, world: int) -> tuple[float, float, float]:
+    """The tensor-parallel step of the preset ``model`` on ``world`` ranks as the cost model prices it on ``hw`` (gloo's
+    algorithms) with DTensor's per-collective constants at 0, the step's collectives and their bytes (the step's
+    change per second of the per-call constant and per second-per-byte of the per-byte one; the step is linear in
+    both)."""
     from dataclasses import replace
 
     from .. import presets
     from ..config import Config, Layout, validate
     from ..cost import predict
 
-    spec, out = presets.model(STEP_FIT_MODEL), {}
-    for sp, prefix, name in ((False, "tp", "tp_collective_s"), (True, "tp_sp", "tp_sp_collective_s")):
-        residuals = []
-        for b in TP_FIT_BATCHES:
-            measured = paths.get(f"{prefix}_b{b}_step_s")
-            if measured is None:
-                continue
-            cfg = validate(Config(model=spec, layout=Layout(tp=world, micro_batch=b, sequence_parallel=sp)))
-            at = [predict(cfg, replace(hw, kernels=replace(hw.kernels, **{name: x})), check=False,
-                          backend="gloo")["time_s"]["iteration"] for x in (0.0, 1.0)]
-            residuals.append((measured - at[0]) / (at[1] - at[0]))
-        if residuals:
-            out[name] = max(statistics.median(residuals), 0.0)
-    return out
+    prefix = "tp_sp" if sequence_parallel else "tp"
+    cfg = validate(Config(model=presets.model(model), layout=Layout(tp=world, micro_batch=micro_batch,
+                                                                   sequence_parallel=sequence_parallel)))
+    at = [predict(cfg, replace(hw, kernels=replace(hw.kernels, **{f"{prefix}_collective_s": c,
+                                                                  f"{prefix}_collective_byte_s": c_b})),
+                  check=False, backend="gloo")["time_s"]["iteration"]
+          for c, c_b in ((0.0, 0.0), (1.0, 0.0), (0.0, 1e-6))]
+    return at[0], at[1] - at[0], (at[2] - at[0]) / 1e-6
 
 
-def with_path_constants(hw, paths: dict, world: int):
+BYTE_SPAN = 16  # the per-byte term is fitted only on messages whose sizes span at least this factor
+
+
+def _per_call_and_byte(points: list[tuple], per_byte: bool) -> tuple[float, float]:
+    """(c, c_B) of :func:`tensor_parallel_paths` from its points (measured step, residual, collectives, bytes)."""
+    import statistics
+
+    alone = max(statistics.median(y / n for _, y, n, _ in points), 0.0)
+    sizes = [nbytes / n for _, _, n, nbytes in points]
+    if not per_byte or max(sizes) < BYTE_SPAN * min(sizes):
+        return alone, 0.0
+    rows = [(y / m, n / m, nbytes / m) for m, y, n, nbytes in points]  # each equation relative to its step
+    saa, sab, sbb = (sum(a * a for _, a, _ in rows), sum(a * b for _, a, b in rows), sum(b * b for _, _, b in rows))
+    sya, syb = sum(y * a for y, a, _ in rows), sum(y * b for y, _, b in rows)
+    det = saa * sbb - sab * sab
+    c, c_b = (sya * sbb - syb * sab) / det, (saa * syb - sab * sya) / det
+    if c_b < 0:
+        return alone, 0.0
+    if c < 0:
+        return 0.0, max(syb / sbb, 0.0)
+    return c, c_b
+
+
+def with_path_constants(hw, paths: dict, world: int, per_byte: bool = True):
     """``hw`` with every path constant taken from the path probes' times ``paths``: :func:`path_constants` (α-β of the
-    profile's collectives as a step issues them), then :func:`tensor_parallel_paths` and :func:`pipeline_actions`
-    where their probes ran."""
+    profile's collectives as a step issues them), then :func:`tensor_parallel_paths` (with its per-byte terms unless
+    ``per_byte`` is False) and :func:`pipeline_actions` where their probes ran."""
     from dataclasses import replace
 
     fits = {kind: {"all": {"alpha": a, "beta": b}} for kind, a, b in hw.collectives}
     found = path_constants(paths, hw.kernels.to_dict(), fits, world)
     out = replace(hw, kernels=replace(hw.kernels, fsdp_overlap=found.pop("fsdp_overlap"), **found))
-    out = replace(out, kernels=replace(out.kernels, **tensor_parallel_paths(paths, out, world)))
+    out = replace(out, kernels=replace(out.kernels, **tensor_parallel_paths(paths, out, world, per_byte)))
     if "pp_microbatch_s" in paths:
         out = replace(out, kernels=replace(out.kernels, **pipeline_actions(paths, out, world)))
     return out
