@@ -82,7 +82,7 @@ def test_the_tensor_parallel_path_is_fitted_on_the_tiny_presets_steps():
     from distperf.config import Config, Layout
     from distperf.cost import predict
     from distperf.hardware import PRESETS
-    from distperf.measure.path_fits import TP_FIT_BATCHES, tensor_parallel_paths, with_path_constants
+    from distperf.measure.path_fits import PER_BYTE, TP_FIT_BATCHES, tensor_parallel_paths, with_path_constants
 
     from test_kernels import synthetic_costs
 
@@ -95,18 +95,19 @@ def test_the_tensor_parallel_path_is_fitted_on_the_tiny_presets_steps():
 
     paths = {f"{'tp_sp' if sp else 'tp'}_b{b}_step_s": step(b, sp) for sp in (False, True) for b in TP_FIT_BATCHES}
     bare = replace(hw, kernels=replace(hw.kernels, **dict.fromkeys(true, 0.0)))
-    found = tensor_parallel_paths(paths, bare, 2)
+    found = tensor_parallel_paths(paths, bare, 2, per_byte=True)
     assert found == pytest.approx(true, rel=1e-6, abs=1e-15)
     # the per-call constant alone (the rule until 5 December 2026): the median over the steps of residual / calls,
     # which the per-byte cost of the larger messages pushes above the true per-call cost
-    alone = tensor_parallel_paths(paths, bare, 2, per_byte=False)
+    alone = tensor_parallel_paths(paths, bare, 2)  # the calibration's rule since the tie-break build (PER_BYTE)
+    assert not PER_BYTE and alone == tensor_parallel_paths(paths, bare, 2, per_byte=False)
     assert alone["tp_collective_byte_s"] == alone["tp_sp_collective_byte_s"] == 0.0
     assert alone["tp_collective_s"] > 3e-4 and alone["tp_sp_collective_s"] == pytest.approx(5e-5, rel=1e-6)
     # a calibration that stepped at micro-batches 1, 2 and 4 only (messages of 2 to 8 KiB): no per-byte term
     early = {f"tp_b{b}_step_s": step(b, False) for b in (1, 2, 4)}
-    assert tensor_parallel_paths(early, bare, 2)["tp_collective_byte_s"] == 0.0
+    assert tensor_parallel_paths(early, bare, 2, per_byte=True)["tp_collective_byte_s"] == 0.0
     faster = {k: v * 0.1 for k, v in paths.items()}  # steps faster than the model without DTensor's cost: 0, not less
-    assert tensor_parallel_paths(faster, bare, 2) == dict.fromkeys(true, 0.0)
+    assert tensor_parallel_paths(faster, bare, 2, per_byte=True) == dict.fromkeys(true, 0.0)
     assert tensor_parallel_paths({}, bare, 2) == {}  # not measured: the profile's stay
     issued = tuple((kind, 1e-4, 1e9) for kind in ("all-gather", "all-reduce", "reduce-scatter", "send"))
     skew = ((2, 0.01, 0.001),)  # a what-if's waits, which no profile's JSON carries, stay

@@ -594,10 +594,11 @@ def constants_table(hw) -> pd.DataFrame:
          "collectives' α-β time"),
         ("tp_collective_s", f"{k.tp_collective_s * 1e6:.3g}", "µs per tensor-parallel collective",
          f"fitted on the {STEP_FIT_MODEL} preset: its tensor-parallel trainer's step on every rank less the model's "
-         f"step without this constant and the next, at micro-batches {', '.join(map(str, TP_FIT_BATCHES))}; least "
-         "squares over the steps' collectives and their bytes (relative to each step), each at least 0"),
+         f"step without this constant and the next, over the step's collectives, at micro-batches "
+         f"{', '.join(map(str, TP_FIT_BATCHES))}: their median, at least 0"),
         ("tp_collective_byte_s", f"{k.tp_collective_byte_s * 1e6 * 1024:.3g}",
-         "µs per KiB of a tensor-parallel collective's message", "the same fit"),
+         "µs per KiB of a tensor-parallel collective's message",
+         "0: a least-squares fit of it beside the per-call cost on the same steps was turned down (5 December 2026)"),
         ("tp_sp_collective_s", f"{k.tp_sp_collective_s * 1e6:.3g}", "µs per sequence-parallel collective",
          "the same, sequence parallel"),
         ("tp_sp_collective_byte_s", f"{k.tp_sp_collective_byte_s * 1e6 * 1024:.3g}",

@@ -43,8 +43,9 @@ all-reduce), ``fsdp_overlap`` is negative and the exposed time is (1 − fsdp_ov
 DTensor costs ``tp_collective_s`` + ``tp_collective_byte_s`` · its message's bytes beyond its α-β time, a
 sequence-parallel layer's ``tp_sp_collective_s`` + ``tp_sp_collective_byte_s`` · bytes (fitted on the
 :data:`STEP_FIT_MODEL` preset's tensor-parallel steps on two ranks at micro-batches whose messages span 2 KiB to
-512 KiB, :func:`distperf.measure.path_fits.tensor_parallel_paths`; the sequence-parallel LayerNorms' small gradient
-all-reduces after the step get neither).
+512 KiB, :func:`distperf.measure.path_fits.tensor_parallel_paths`; a calibration sets the per-byte terms to 0 since
+the rule of 5 December 2026 turned them down, and only the profiles of the two builds before carry them; the
+sequence-parallel LayerNorms' small gradient all-reduces after the step get neither).
 
 **Waiting for the slowest rank: a what-if, not a term.** Ranks that synchronize leave the collective when the last of
 them arrives, and two ranks given the same work do not finish it together: with a table ``skew`` set (by the book's

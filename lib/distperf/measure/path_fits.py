@@ -13,6 +13,11 @@ PATH_UNITS = 4
 PIPE_MICROBATCHES = (2, 10)  # the two schedule lengths whose difference is the time of a microbatch
 # the micro-batches of the tiny preset's tensor-parallel steps: messages of b·16·32·4 bytes, 2 KiB to 512 KiB
 TP_FIT_BATCHES = (1, 4, 16, 64, 256)
+# whether the calibration fits DTensor's cost per byte of a collective's message beside its cost per call: it did on
+# the builds of 5 December 2026 at cfa62fb and 9ae9b61; the rule that then decided it (the chapter "Where the time
+# goes", section "Held-out validation") turned it down, so a calibration fits the per-call cost alone over
+# TP_FIT_BATCHES (the per-byte term stays in the cost model for the profiles that carry it)
+PER_BYTE = False
 # one Transformer layer under FSDP2 at widths no preset has, whose units (12·h² + 13·h elements) bracket the presets'
 # from 1.8 to 16 million (the wide preset's is 12.6 million; glibc's mmap threshold, 32 MiB of fp32, 8.4 million)
 FSDP_UNIT_PROBE = dict(name="fsdp-unit-probe", layers=1, vocab=16, seq=64)
@@ -78,7 +83,7 @@ def tensor_parallel_fits(world: int) -> bool:
     return spec.heads % world == 0 and spec.seq % world == 0
 
 
-def tensor_parallel_paths(paths: dict, hw, world: int, per_byte: bool = True) -> dict:
+def tensor_parallel_paths(paths: dict, hw, world: int, per_byte: bool = PER_BYTE) -> dict:
     """``tp_collective_s`` and ``tp_collective_byte_s`` (``tp_sp_collective_s``, ``tp_sp_collective_byte_s``): what a
     collective through DTensor costs beyond every other term of the cost model, per call and per byte of its message,
     fitted on the :data:`STEP_FIT_MODEL` preset (the one preset constants may be fitted on; no validation uses it).
@@ -87,9 +92,10 @@ def tensor_parallel_paths(paths: dict, hw, world: int, per_byte: bool = True) ->
     step on ``hw`` with both constants 0, n_b the step's collectives and B_b their bytes (the cost model's own: the
     step's change per unit of each constant). The fit is y_b = c·n_b + c_B·B_b by least squares on the residuals
     relative to the measured step, with both at least 0 (c_B < 0: c_B = 0 and c as below; c < 0: c = 0 and c_B
-    refitted alone). Without ``per_byte``, or where the measured messages span less than :data:`BYTE_SPAN` (the
-    calibrations until 5 December 2026 stepped at micro-batches 1, 2 and 4 only), c_B = 0 and c = median_b(y_b /
-    n_b), at least 0: the rule until 5 December 2026. A constant whose steps were not measured stays ``hw``'s."""
+    refitted alone). Without ``per_byte`` (the calibration's default, :data:`PER_BYTE`), or where the measured messages
+    span less than :data:`BYTE_SPAN` (the calibrations until 5 December 2026 stepped at micro-batches 1, 2 and 4
+    only), c_B = 0 and c = median_b(y_b / n_b), at least 0. A constant whose steps were not measured stays
+    ``hw``'s."""
     import re
 
     out = {}
@@ -150,7 +156,7 @@ def _per_call_and_byte(points: list[tuple], per_byte: bool) -> tuple[float, floa
     return c, c_b
 
 
-def with_path_constants(hw, paths: dict, world: int, per_byte: bool = True):
+def with_path_constants(hw, paths: dict, world: int, per_byte: bool = PER_BYTE):
     """``hw`` with every path constant taken from the path probes' times ``paths``: :func:`path_constants` (α-β of the
     profile's collectives as a step issues them), then :func:`tensor_parallel_paths` (with its per-byte terms unless
     ``per_byte`` is False) and :func:`pipeline_actions` where their probes ran."""
