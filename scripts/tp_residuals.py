@@ -7,10 +7,10 @@ Steps the tensor-parallel trainer of a preset on two spawned ranks, pinned as th
 micro-batch (:func:`distperf.measure.calibrate.tensor_parallel_step_time`: the slowest rank's median step) and prints
 the measured step, the cost model's step on the profile with DTensor's per-collective constants at 0
 (:func:`distperf.measure.path_fits.step_terms`), the step's collectives, their mean message and the residual per
-collective: what the calibration's fit (:func:`distperf.measure.path_fits.tensor_parallel_paths`) spreads over a cost
-per call and a cost per byte. Run it on the fit's preset (``tiny``) and on a validation preset (``small``) one after
-the other to see whether the residual follows the message's size. Not part of the build: it fits nothing and writes
-nothing.
+collective: what the calibration's fit (:func:`distperf.measure.path_fits.tensor_parallel_paths`) takes as DTensor's
+cost per collective (a cost per byte beside it was tried and turned down on 5 December 2026). Run it on the fit's
+preset (``tiny``) and on a validation preset (``small``) one after the other to see whether the residual follows the
+message's size. Not part of the build: it fits nothing and writes nothing.
 """
 from __future__ import annotations
 
@@ -40,14 +40,20 @@ def _rank(rank: int, world: int, model: str, micro_batches: tuple, sp: bool, rep
     dist.destroy_process_group()
 
 
+def _positive(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def _batches(text: str) -> tuple[int, ...]:
+    """argparse type: whole numbers of at least 1, separated by commas."""
     try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be whole numbers separated by commas, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"every micro-batch must be at least 1, got {text!r}")
-    return values
+        return tuple(_positive(x) for x in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be whole numbers of at least 1 separated by commas, got {text!r}") \
+            from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated (default the calibration's: %(default)s)")
     parser.add_argument("--sequence-parallel", action="store_true")
     parser.add_argument("--hardware", default="data/fresh/cpu/hardware.json", help="a calibrated profile")
-    parser.add_argument("--reps", type=int, default=15, help="timed steps per micro-batch (default 15)")
+    parser.add_argument("--reps", type=_positive, default=15, help="timed steps per micro-batch (default 15)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the ranks are stopped")
     args = parser.parse_args(argv)
     try:

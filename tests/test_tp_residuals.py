@@ -30,4 +30,5 @@ def test_bad_input_gets_one_message_and_no_ranks(tmp_path):
     missing = _run("--hardware", str(tmp_path / "none.json"))
     assert missing.returncode == 2 and missing.stderr.startswith("error:") and "Traceback" not in missing.stderr
     bad = _run("--micro-batches", "1,x")
-    assert bad.returncode == 2 and "whole numbers separated by commas" in bad.stderr
+    assert bad.returncode == 2 and "whole numbers of at least 1 separated by commas" in bad.stderr
+    assert _run("--reps", "0").returncode == 2
