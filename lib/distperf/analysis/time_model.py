@@ -997,10 +997,10 @@ def tp_bytes_rule(tables: dict, hw, side: dict | None) -> dict | None:
     ``conditions.paths``) on ``hw``. Returns ``{"runs", "stands", "with", "alone", "constants"}`` (``with`` and
     ``alone``: per mode, the moved runs' median and largest |error|; ``constants``: per variant, the fitted values),
     or None where the calibration did not step the trainer at messages that span the fit's range."""
-    from ..measure.path_fits import BYTE_SPAN, tensor_parallel_paths
+    from ..measure.path_fits import BYTE_SPAN, stepped_batches, tensor_parallel_paths
 
     paths = sidecar_conditions(side).get("paths") or {}
-    stepped = sorted(int(k[4:-7]) for k in paths if k.startswith("tp_b") and k.endswith("_step_s"))
+    stepped = stepped_batches(paths)
     if hw is None or hw.kernels is None or not stepped or stepped[-1] < BYTE_SPAN * stepped[0]:
         return None
     world = (side or {}).get("ranks") or 2

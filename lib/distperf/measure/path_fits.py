@@ -96,20 +96,24 @@ def tensor_parallel_paths(paths: dict, hw, world: int, per_byte: bool = PER_BYTE
     span less than :data:`BYTE_SPAN` (the calibrations until 5 December 2026 stepped at micro-batches 1, 2 and 4
     only), c_B = 0 and c = median_b(y_b / n_b), at least 0. A constant whose steps were not measured stays
     ``hw``'s."""
-    import re
-
     out = {}
     for sp, prefix in ((False, "tp"), (True, "tp_sp")):
-        stepped = sorted(int(found.group(1)) for key in paths
-                         if (found := re.fullmatch(rf"{prefix}_b(\d+)_step_s", key)))
         points = []  # (measured, y_b, n_b, B_b)
-        for b in stepped:
+        for b in stepped_batches(paths, prefix):
             measured = paths[f"{prefix}_b{b}_step_s"]
             bare, calls, nbytes = step_terms(STEP_FIT_MODEL, b, sp, hw, world)
             points.append((measured, measured - bare, calls, nbytes))
         if points:
             out[f"{prefix}_collective_s"], out[f"{prefix}_collective_byte_s"] = _per_call_and_byte(points, per_byte)
     return out
+
+
+def stepped_batches(paths: dict, prefix: str = "tp") -> list[int]:
+    """The micro-batches whose tensor-parallel steps ``paths`` holds (``<prefix>_b<b>_step_s``; ``prefix`` "tp", or
+    "tp_sp" with sequence parallelism), in order."""
+    import re
+
+    return sorted(int(found.group(1)) for key in paths if (found := re.fullmatch(rf"{prefix}_b(\d+)_step_s", key)))
 
 
 def step_terms(model: str, micro_batch: int, sequence_parallel: bool, hw, world: int) -> tuple[float, float, float]:
