@@ -8,8 +8,10 @@ probes and whether they settled, and both modes priced with that profile and wit
 the same calibration; the runs that recompute with and without the checkpoint's constants; the FSDP2 unit table's and
 the waits for the slowest rank's rules; how far the rounds of the tensor-parallel path constants and of the pipeline
 action constants move those runs' profiled errors; whether DTensor's cost per byte of a collective's message stands
-(:func:`distperf.analysis.time_model.tp_bytes_rule`); the median and largest |signed error| of the analytical and
-profiled modes over the held-out configurations and of the exposed communication per kind, against the goals
+(:func:`distperf.analysis.time_model.tp_bytes_rule`) and whether its split into a part inside the collectives and one
+outside stands (:func:`~distperf.analysis.time_model.tp_wait_rule`); the median and largest |signed error| of the
+analytical and profiled modes over the held-out configurations and of the exposed communication per kind, against the
+goals
 (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
 configuration; what a perfect model would score against these measurements (:mod:`distperf.analysis.goal_floor`) and
 which misses lie outside their measured median's interval (:func:`distperf.analysis.time_model.beyond_noise`); how the
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     print("The tensor-parallel path constants' rounds: " + tm.path_sensitivity(tables, hw, spread) + ".")
     print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")
     print("DTensor's cost per byte: " + tm.tp_bytes_rule_sentence(tables, hw, side) + ".")
+    print("DTensor's cost inside and outside its collectives: " + tm.tp_wait_rule_sentence(tables, hw) + ".")
     with pd.option_context("display.width", 200):
         print(report(tables, hw))
     return 0

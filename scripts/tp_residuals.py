@@ -4,11 +4,14 @@
                                              [--hardware data/fresh/cpu/hardware.json] [--reps 15]
 
 Steps the tensor-parallel trainer of a preset on two spawned ranks, pinned as the calibration pins them, at each
-micro-batch (:func:`distperf.measure.calibrate.tensor_parallel_step_time`: the slowest rank's median step) and prints
-the measured step, the cost model's step on the profile with DTensor's per-collective constants at 0
+micro-batch (:func:`distperf.measure.calibrate.tensor_parallel_step_time`: the slowest rank's median step, and the
+communication of profiled steps on the rank that waited least) and prints the measured step, the cost model's step
+on the profile with DTensor's per-collective constants at 0
 (:func:`distperf.measure.path_fits.step_terms`), the step's collectives, their mean message and the residual per
 collective: what the calibration's fit (:func:`distperf.measure.path_fits.tensor_parallel_paths`) takes as DTensor's
-cost per collective (a cost per byte beside it was tried and turned down on 5 December 2026). Run it on the fit's
+cost per collective (a cost per byte beside it was tried and turned down on 5 December 2026), and the part of that
+residual a profiler sees inside the collective (the profiled communication less the collectives' α-β time, per
+collective: what :func:`distperf.measure.path_fits.tensor_parallel_waits` fits). Run it on the fit's
 preset (``tiny``) and on a validation preset (``small``) one after the other to see whether the residual follows the
 message's size. Not part of the build: it fits nothing and writes nothing.
 """
@@ -22,7 +25,7 @@ from distperf import presets
 from distperf.config import ConfigError
 from distperf.hardware import load_profile
 from distperf.measure.calibrate import join_spawned, spawned_ranks, tensor_parallel_step_time
-from distperf.measure.path_fits import TP_FIT_BATCHES, step_terms
+from distperf.measure.path_fits import TP_FIT_BATCHES, step_prediction, step_terms
 
 WORLD = 2
 
@@ -85,11 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model}, tensor parallel on {WORLD} ranks{', sequence parallel' if args.sequence_parallel else ''}; "
           f"profile {args.hardware}")
     print(f"{'micro-batch':>11} {'measured ms':>12} {'model ms':>9} {'collectives':>11} {'message KiB':>12} "
-          f"{'residual µs/collective':>23}")
-    for b, measured in sorted((int(b), s) for b, s in steps.items()):
+          f"{'residual µs/collective':>23} {'inside µs/collective':>21}")
+    for b, (measured, waited) in sorted((int(b), s) for b, s in steps.items()):
         bare, calls, nbytes = step_terms(args.model, b, args.sequence_parallel, hw, WORLD)
+        alpha_beta = step_prediction(args.model, b, args.sequence_parallel, hw, WORLD, 0.0,
+                                     0.0)["communication_exposed"]
         print(f"{b:>11} {measured * 1e3:>12.2f} {bare * 1e3:>9.2f} {calls:>11.0f} {nbytes / calls / 1024:>12.1f} "
-              f"{(measured - bare) / calls * 1e6:>23.0f}")
+              f"{(measured - bare) / calls * 1e6:>23.0f} {(waited - alpha_beta) / calls * 1e6:>21.0f}")
     return 0
 
 

@@ -533,6 +533,28 @@ def test_the_per_byte_rule_compares_both_fits_of_the_same_steps(truth):
     assert tm.tp_bytes_rule(runs, true, early) is None and "too few" in tm.tp_bytes_rule_sentence(runs, true, early)
 
 
+@pytest.mark.parametrize("truth", ["split", "whole"])
+def test_the_wait_rule_compares_dtensors_cost_split_and_whole_as_communication(truth):
+    """Tensor-parallel runs whose measured exposed communication is what the split (or the whole cost) predicts: the
+    rule stands where the split is the truth, not where the whole cost is; a profile without waits has no rule."""
+    split = replace(HW, kernels=replace(HW.kernels, tp_collective_s=1e-3, tp_collective_wait_s=4e-4))
+    whole = replace(split, kernels=replace(split.kernels, tp_collective_wait_s=1e-3))
+    runs = [row("small", 1.0, hw=split, tp=2, micro_batch=b) for b in (1, 2)]
+    probe = {"regimes": pd.DataFrame([{**r, "communication.exposed_s.tensor_parallel": 1.0} for r in runs])}
+    truths = {name: tm.exposed_errors(probe, hw).predicted_s.tolist() for name, hw in (("split", split),
+                                                                                        ("whole", whole))}
+    assert all(a < b for a, b in zip(truths["split"], truths["whole"]))  # DTensor's Python is not communication
+    measured = pd.DataFrame([{**r, "communication.exposed_s.tensor_parallel": t} for r, t in zip(runs, truths[truth])])
+    rule = tm.tp_wait_rule({"regimes": measured}, split)
+    assert rule["runs"] == 2 and rule["stands"] == (truth == "split")
+    assert rule[truth][1] == pytest.approx(0.0, abs=1e-9)
+    text = tm.tp_wait_rule_sentence({"regimes": measured}, split)
+    assert "400 µs inside the collective" in text and "over the 2 tensor-parallel runs" in text
+    assert ("the split stands" in text) == (truth == "split")
+    assert tm.tp_wait_rule({"regimes": measured}, HW) is None and "did not profile" in tm.tp_wait_rule_sentence(
+        {"regimes": measured}, HW)
+
+
 def test_the_overlap_rule_sentence_prices_both_probes_of_the_same_calibration():
     from dataclasses import replace as changed
 

@@ -86,6 +86,34 @@ def test_without_drops_the_ablated_terms():
     assert costs.without("framework").adam == costs.adam
 
 
+def test_dtensors_cost_outside_its_collectives_is_framework_and_changes_no_time():
+    """TensorParallelTerms.outside = calls · (per-call cost − the part inside, at most the per-call cost); the split
+    moves time between the predicted breakdown's communication and framework and leaves the step's time alone."""
+    from distperf import presets
+    from distperf.analysis.time_model import predicted_classes, tp_outside
+    from distperf.config import Config, Layout, validate
+    from distperf.cost import predict
+    from distperf.cost.communication import tensor_parallel
+    from distperf.cost.predict import rank_spans
+
+    cfg = validate(Config(model=presets.model("small"), layout=Layout(tp=2, micro_batch=2, microbatches=3)))
+    span = rank_spans(cfg)[0]
+
+    def at(wait):
+        hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(tp_collective_s=1e-3, tp_collective_wait_s=wait))
+        terms = tensor_parallel(cfg.model, cfg.layout, cfg.training, hw, span)
+        return hw, terms, predict(cfg, hw, check=False)["time_s"]["iteration"], predicted_classes(cfg, hw)
+
+    (hw, some, time_some, classes_some), (_, none_, time_none, classes_none) = at(4e-4), at(0.0)
+    assert some.calls > 0 and some.outside == pytest.approx(some.calls * 6e-4)
+    assert none_.outside == pytest.approx(none_.calls * 1e-3) and at(2e-3)[1].outside == 0.0
+    assert time_some == time_none and tp_outside(cfg, hw, span) == pytest.approx(3 * some.outside)
+    assert classes_some["communication"] - classes_none["communication"] == pytest.approx(3 * some.calls * 4e-4)
+    assert sum(classes_some.values()) == pytest.approx(sum(classes_none.values()))
+    plain = replace(cfg, layout=replace(cfg.layout, tp=1))
+    assert tp_outside(plain, hw, rank_spans(plain)[0]) == 0.0
+
+
 def test_contention_slows_what_ranks_share_only_when_there_are_several():
     calm = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
     busy = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(contention_memory=2.0, contention_compute=1.5))

@@ -114,3 +114,30 @@ def test_the_tensor_parallel_path_is_fitted_on_the_tiny_presets_steps():
     kept = with_path_constants(replace(hw, collectives=issued, kernels=replace(hw.kernels, skew=skew)),
                                {"plain_stack_s": 0.02, "fsdp_stack_s": 0.05}, 2).kernels
     assert (kept.tp_collective_s, kept.tp_sp_collective_s, kept.skew) == (3e-4, 5e-5, skew)
+
+
+def test_the_part_of_dtensors_cost_inside_its_collectives_is_recovered_from_profiled_steps():
+    """tensor_parallel_waits: profiled steps whose communication is the collectives' α-β time plus w per collective
+    give back w; steps that saw less communication than α-β give 0; steps not profiled keep the profile's."""
+    from dataclasses import replace
+
+    from distperf.hardware import PRESETS
+    from distperf.measure.path_fits import TP_FIT_BATCHES, step_prediction, step_terms, tensor_parallel_waits
+
+    from test_kernels import synthetic_costs
+
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(tp_collective_s=3e-4, tp_sp_collective_s=5e-4))
+    true = {"tp": 1e-4, "tp_sp": 2e-4}
+    paths = {}
+    for sp, prefix in ((False, "tp"), (True, "tp_sp")):
+        for b in TP_FIT_BATCHES:
+            alpha_beta = step_prediction("tiny", b, sp, hw, 2, 0.0, 0.0)["communication_exposed"]
+            calls = step_terms("tiny", b, sp, hw, 2)[1]
+            paths[f"{prefix}_b{b}_step_s"] = 1.0
+            paths[f"{prefix}_b{b}_wait_s"] = alpha_beta + calls * true[prefix]
+    found = tensor_parallel_waits(paths, hw, 2)
+    assert found == pytest.approx({"tp_collective_wait_s": 1e-4, "tp_sp_collective_wait_s": 2e-4}, rel=1e-6)
+    less = {k: v * 1e-3 if k.endswith("_wait_s") else v for k, v in paths.items()}
+    assert tensor_parallel_waits(less, hw, 2) == {"tp_collective_wait_s": 0.0, "tp_sp_collective_wait_s": 0.0}
+    timed_only = {k: v for k, v in paths.items() if k.endswith("_step_s")}  # a calibration before 5 December 2026
+    assert tensor_parallel_waits(timed_only, hw, 2) == {}

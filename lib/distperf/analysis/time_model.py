@@ -273,7 +273,8 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     """Per held-out configuration that uses one parallelism (dp, tp or pp) and whose measured exposed communication of
     that kind exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
     ``instrument``, ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a
-    pipeline) and the signed ``error``.
+    pipeline, less DTensor's path cost outside its collectives for tensor parallelism, :func:`tp_outside`) and the
+    signed ``error``.
 
     Two instruments measure it, each on a step of its own after the timed steps (:mod:`distperf.measure.steps`):
     the breakdown step's communication class (the profiler alone, with ``Work.wait`` as spans:
@@ -308,6 +309,7 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     if not len(frame):
         return pd.DataFrame(columns=columns + errors_)
     from ..cost import predict
+    from ..cost.predict import rank_spans
 
     predicted = rows.with_predictions(frame, hw, check=False)
     out = []
@@ -330,6 +332,9 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         if np.isnan(measured) or measured <= EXPOSED_SHARE * iteration:
             continue
         value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
+        if kind == "tensor_parallel":  # DTensor's Python around its collectives is framework in the breakdown too
+            cfg = rows.config_of_row(r)
+            value -= tp_outside(cfg, rows.run_hardware(hw, r), rank_spans(cfg)[0])
         out.append({"experiment": r.experiment, "config_hash": r.get("config_hash"), "stage": last,
                     "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
                     "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
@@ -505,7 +510,8 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
     pipeline rank with the most compute: matrix products, attention, other operators, framework (×m microbatches;
     the gradients' accumulation and FSDP2's units by their size, :func:`fsdp_units_time`, in other operators, the
     step's fixed Python in framework), optimizer, and the
-    exposed communication and bubble of the prediction."""
+    exposed communication and bubble of the prediction, less DTensor's path cost outside its collectives, which is
+    framework here as in a measured breakdown (:func:`tp_outside`)."""
     from ..cost import predict
     from ..cost.predict import DDP_BUCKET_BYTES, rank_spans
     from ..cost.stage import accumulate_time, kernel_classes
@@ -522,9 +528,23 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
     per_step = hw.kernels.step_s + (hw.kernels.ddp_step_s if lay.dp > 1 and lay.zero < 2 else 0.0)
     classes["framework"] += per_step
     classes["optimizer"] = max(t["compute"] - sum(classes[c] for c in kn.CLASSES), 0.0)  # what compute has left
-    classes["communication"] = t["communication_exposed"]
+    outside = tp_outside(cfg, hw, spans[busiest])
+    classes["framework"] += outside
+    classes["communication"] = t["communication_exposed"] - outside
     classes["bubble"] = t["bubble"]
     return classes
+
+
+def tp_outside(cfg, hw, span) -> float:
+    """Seconds per step that DTensor's path costs the rank of ``span`` outside its collectives, m ×
+    :attr:`distperf.cost.communication.TensorParallelTerms.outside`: the cost model's exposed communication holds it
+    (the step's time does not depend on the split), a measured breakdown files it as framework; 0 without tensor
+    parallelism or measured kernels."""
+    from ..cost.communication import tensor_parallel
+
+    if cfg.layout.tp == 1 or hw.kernels is None:
+        return 0.0
+    return cfg.layout.microbatches * tensor_parallel(cfg.model, cfg.layout, cfg.training, hw, span).outside
 
 
 def fsdp_units_time(cfg, hw, span) -> float:
@@ -603,6 +623,12 @@ def constants_table(hw) -> pd.DataFrame:
          "the same, sequence parallel"),
         ("tp_sp_collective_byte_s", f"{k.tp_sp_collective_byte_s * 1e6 * 1024:.3g}",
          "µs per KiB of a sequence-parallel collective's message", "the same, sequence parallel"),
+        ("tp_collective_wait_s", f"{k.tp_collective_wait_s * 1e6:.3g}",
+         "µs of tp_collective_s inside the collective (the rest: framework)",
+         f"the same steps of the {STEP_FIT_MODEL} preset profiled (the communication class, on the rank that waited "
+         "least) less the collectives' α-β time, over the step's collectives: their median, at least 0"),
+        ("tp_sp_collective_wait_s", f"{k.tp_sp_collective_wait_s * 1e6:.3g}",
+         "µs of tp_sp_collective_s inside the collective", "the same, sequence parallel"),
         ("pp_action_s", f"{k.pp_action_s * 1e6:.3g}", "µs per action (a microbatch's forward or backward on a stage)",
          f"4 Blocks pipelined one stage per rank under torch's 1F1B: steps of {PIPE_MICROBATCHES[1]} microbatches "
          f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
@@ -633,6 +659,7 @@ def constants_table(hw) -> pd.DataFrame:
 CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"))
 PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
                   ("tp_sp_collective_s", 1e6, "µs"), ("tp_sp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
+                  ("tp_collective_wait_s", 1e6, "µs"), ("tp_sp_collective_wait_s", 1e6, "µs"),
                   ("fsdp_overlap", 1.0, ""),
                   ("pp_action_s", 1e6, "µs"), ("twobw_action_s", 1e6, "µs"))
 
@@ -641,6 +668,8 @@ def _probed(constant: str, paths: dict) -> bool:
     """Whether a round of the path probes (``paths``) measured what ``constant`` comes from."""
     if constant.startswith("tp_"):
         prefix = "tp_sp" if constant.startswith("tp_sp") else "tp"
+        if constant.endswith("_wait_s"):  # profiled steps, from 5 December 2026
+            return any(key.startswith(f"{prefix}_b") and key.endswith("_wait_s") for key in paths)
         return f"{prefix}_layer_s" in paths or any(key.startswith(f"{prefix}_b") for key in paths)
     return "pp_microbatch_s" in paths if constant.endswith("action_s") else True
 
@@ -1040,6 +1069,54 @@ def tp_bytes_rule_sentence(tables: dict, hw, side: dict | None) -> str:
                "the per-byte term does not stand: not a lower median and no higher largest in both modes")
     return (f"with a cost per collective and per byte ({said('with')}) and with the per-call cost alone refitted on "
             f"the same steps ({said('alone')}), {runs}' median |error|; {verdict}")
+
+
+def tp_wait_rule(tables: dict, hw) -> dict | None:
+    """The rule declared on 5 December 2026, before the first build whose calibration profiled the tensor-parallel
+    steps it fits DTensor's cost per collective on: the split of that cost into a part inside the collective
+    (``tp_collective_wait_s``, ``tp_sp_collective_wait_s``: :func:`distperf.measure.path_fits.tensor_parallel_waits`)
+    and DTensor's Python outside it, which the predicted breakdown files as framework (:func:`tp_outside`), stands if,
+    over the held-out tensor-parallel runs whose exposed communication the goal judges (:func:`exposed_errors`), the
+    model's median |error| is lower with the split than with the whole cost as communication (each wait constant equal
+    to its per-call cost, the model until then) and the largest no higher. Returns ``{"runs", "stands", "split",
+    "whole", "constants"}`` (``split`` and ``whole``: median and largest |error|; ``constants``: the profile's per-call
+    costs and waits, µs), or None where the profile has no wait constants (calibrated before they were measured)."""
+    k = hw.kernels if hw is not None else None
+    if k is None or not (k.tp_collective_wait_s or k.tp_sp_collective_wait_s):
+        return None
+    whole = replace(hw, kernels=replace(k, tp_collective_wait_s=k.tp_collective_s,
+                                        tp_sp_collective_wait_s=k.tp_sp_collective_s))
+    scores = {}
+    for variant, priced in (("split", hw), ("whole", whole)):
+        e = exposed_errors(tables, priced)
+        e = e[e.kind == "tensor_parallel"].error.abs() if len(e) else pd.Series(dtype=float)
+        scores[variant] = (e.median(), e.max(), len(e))
+    runs = scores["split"][2]
+    stands = bool(runs) and scores["split"][0] < scores["whole"][0] and scores["split"][1] <= scores["whole"][1]
+    constants = {name: getattr(k, name) * 1e6 for name in ("tp_collective_s", "tp_collective_wait_s",
+                                                            "tp_sp_collective_s", "tp_sp_collective_wait_s")}
+    return {"runs": runs, "stands": stands, "split": scores["split"][:2], "whole": scores["whole"][:2],
+            "constants": constants}
+
+
+def tp_wait_rule_sentence(tables: dict, hw) -> str:
+    """:func:`tp_wait_rule` in words."""
+    rule = tp_wait_rule(tables, hw)
+    if rule is None:
+        return ("this calibration did not profile the tensor-parallel steps (before 5 December 2026), so the model "
+                "files DTensor's whole cost per collective as communication")
+    if not rule["runs"]:
+        return "no held-out tensor-parallel run's exposed communication exceeded 5 % of its iteration"
+    c = rule["constants"]
+    split, whole = rule["split"], rule["whole"]
+    verdict = ("the split stands: a lower median and no higher largest" if rule["stands"] else
+               "the split does not stand: not a lower median and no higher largest")
+    return (f"of DTensor's {c['tp_collective_s']:.0f} µs per collective the profiled steps put "
+            f"{c['tp_collective_wait_s']:.0f} µs inside the collective (sequence parallel "
+            f"{c['tp_sp_collective_wait_s']:.0f} of {c['tp_sp_collective_s']:.0f} µs); over the {rule['runs']} tensor-parallel run"
+            f"{'s' if rule['runs'] != 1 else ''} the goal judges, the exposed communication's median |error| is "
+            f"{split[0]:.1%} (largest {split[1]:.1%}) with the rest filed as framework and {whole[0]:.1%} "
+            f"({whole[1]:.1%}) with the whole cost as communication; {verdict}")
 
 
 def instruments_sentence(exposed: pd.DataFrame) -> str:

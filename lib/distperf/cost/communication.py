@@ -47,6 +47,7 @@ class TensorParallelTerms(NamedTuple):
     step_exposed: float
     traffic: Traffic
     calls: int = 0  # collectives per microbatch (each one a synchronization of the tensor-parallel ranks)
+    outside: float = 0.0  # of ``time``, DTensor's path cost outside its collectives (a breakdown's framework)
 
 
 class PipelineTerms(NamedTuple):
@@ -116,7 +117,9 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
     LayerNorm weight and bias keeps a Partial gradient, which the optimizer's reads turn Replicate by an
     all-reduce each (h fp32 values; Adam reads a gradient three times, SGD once) after the last backward. With
     measured kernels each collective of a layer also costs DTensor's ``tp_collective_s`` + ``tp_collective_byte_s`` ·
-    its message's bytes (``tp_sp_collective_s``, ``tp_sp_collective_byte_s``)."""
+    its message's bytes (``tp_sp_collective_s``, ``tp_sp_collective_byte_s``), of which ``tp_collective_wait_s``
+    (``tp_sp_collective_wait_s``, at most the per-call cost) falls inside the collective: ``outside`` = Σ_calls
+    (path + per_byte · message − wait) is the part a measured breakdown files as framework, not communication."""
     t = lay.tp
     if t == 1:
         return NO_TENSOR_PARALLEL
@@ -142,18 +145,20 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
                    ("all-gather", gather_value, int(span.last))),  # the head's input
                   (("all-gather", forward_value, 2 * n), ("reduce-scatter", backward_value, 2 * n),
                    ("all-gather", gather_value, int(span.first))))  # the embedding output's gradient
-    path = per_byte = 0.0  # DTensor's cost per collective of a layer and per byte of its message, measured
+    path = per_byte = wait = 0.0  # DTensor's cost per collective of a layer, per byte of its message, and inside it
     if hw.kernels is not None:
         k = hw.kernels
-        path, per_byte = ((k.tp_sp_collective_s, k.tp_sp_collective_byte_s) if lay.sequence_parallel
-                          else (k.tp_collective_s, k.tp_collective_byte_s))
-    times, algorithmic, wire, count = [], 0.0, 0.0, 0
+        path, per_byte, wait = ((k.tp_sp_collective_s, k.tp_sp_collective_byte_s, k.tp_sp_collective_wait_s)
+                                if lay.sequence_parallel else
+                                (k.tp_collective_s, k.tp_collective_byte_s, k.tp_collective_wait_s))
+    times, algorithmic, wire, count, message_bytes = [], 0.0, 0.0, 0, 0.0
     for phase in phases:
         seconds = 0.0
         for kind, value, calls in phase:
             if calls:
                 count += calls
                 message = elements * value
+                message_bytes += calls * message
                 seconds += calls * (collective_time(kind, message, t, *_link(hw, kind, t, backend)) + path
                                     + per_byte * message)
                 a, w = _volume(kind, elements * value, t, calls, value)
@@ -167,7 +172,8 @@ def tensor_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, sp
         step_exposed = norms * collective_time("all-reduce", spec.hidden * 4, t, *_link(hw, "all-reduce", t, backend))
     return TensorParallelTerms(time=times[0] + times[1], backward=times[1], step_exposed=step_exposed,
                                traffic=Traffic(step=step, microbatch=algorithmic, wire_step=wire_step,
-                                               wire_microbatch=wire), calls=count)
+                                               wire_microbatch=wire), calls=count,
+                               outside=count * (path - min(max(wait, 0.0), path)) + per_byte * message_bytes)
 
 
 def pipeline(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span, convention: str = "trainer",

@@ -45,7 +45,11 @@ sequence-parallel layer's ``tp_sp_collective_s`` + ``tp_sp_collective_byte_s`` �
 :data:`STEP_FIT_MODEL` preset's tensor-parallel steps on two ranks at micro-batches whose messages span 2 KiB to
 512 KiB, :func:`distperf.measure.path_fits.tensor_parallel_paths`; a calibration sets the per-byte terms to 0 since
 the rule of 5 December 2026 turned them down, and only the profiles of the two builds before carry them; the
-sequence-parallel LayerNorms' small gradient all-reduces after the step get neither).
+sequence-parallel LayerNorms' small gradient all-reduces after the step get neither). Of that per-call cost, the
+rank spends ``tp_collective_wait_s`` (``tp_sp_collective_wait_s``) inside the collective, where a profiler sees
+communication, and the rest in DTensor's Python around it, which a measured breakdown files as framework: fitted on
+the same steps, profiled (:func:`distperf.measure.path_fits.tensor_parallel_waits`), it splits the step's time between
+the two classes (:attr:`distperf.cost.communication.TensorParallelTerms.outside`) and changes no predicted time.
 
 **Waiting for the slowest rank: a what-if, not a term.** Ranks that synchronize leave the collective when the last of
 them arrives, and two ranks given the same work do not finish it together: with a table ``skew`` set (by the book's
@@ -90,8 +94,9 @@ STEP_FIT_BATCHES = (1, 2, 4)  # its micro-batches in those fits
 FSDP_EXPOSURE_MAX = 100.0  # fsdp_overlap ≥ −100: FSDP2's path at most 101 times its collectives' α-β time
 RECOMPUTE_WRAPPERS = ("recompute_layer_s", "recompute_core_s", "tp_recompute_layer_s", "tp_recompute_core_s",
                       "tp_sp_recompute_layer_s", "tp_sp_recompute_core_s")
-PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s", "tp_collective_byte_s",
-                    "tp_sp_collective_byte_s")  # collectives as DTensor issues them: per call, per byte of the message
+PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s", "tp_collective_byte_s", "tp_sp_collective_byte_s",
+                    "tp_collective_wait_s", "tp_sp_collective_wait_s")  # collectives as DTensor issues them: per
+# call, per byte of the message, and the part of the per-call cost spent inside the collective
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", *PATH_COLLECTIVES,
             "pp_action_s", "twobw_action_s") + RECOMPUTE_WRAPPERS
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
@@ -122,6 +127,10 @@ class KernelCosts:
     tp_sp_collective_s: float = 0.0  # the same for a sequence-parallel layer's all-gathers and reduce-scatters
     tp_collective_byte_s: float = 0.0  # and beyond that, per byte of the collective's message (s/byte)
     tp_sp_collective_byte_s: float = 0.0  # the same, sequence parallel
+    # of tp_collective_s, the part the rank spends inside the collective (the profiler's communication); the rest is
+    # DTensor's Python around it, which a measured breakdown files as framework (the step's time does not change)
+    tp_collective_wait_s: float = 0.0
+    tp_sp_collective_wait_s: float = 0.0  # the same, sequence parallel
     pp_action_s: float = 0.0  # a pipeline action (one microbatch's forward or backward on a stage) in torch's runtime
     twobw_action_s: float = 0.0  # the same in the 2BW engine (both beyond the stage's layers and its sends)
     # what torch.utils.checkpoint costs per recomputed layer (full) or attention core (selective) beyond the kernels

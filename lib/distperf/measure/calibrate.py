@@ -484,8 +484,9 @@ CONTENTION_ROUNDS = 3
 def parallel_paths(world: int, reps: int = 10) -> dict:
     """Seconds, on this rank while every rank runs the same: the training step of the tensor-parallel trainer on the
     :data:`~distperf.cost.kernels.STEP_FIT_MODEL` preset over the ``world`` ranks, without and with sequence
-    parallelism, at each micro-batch of :data:`TP_FIT_BATCHES` (``tp_b<b>_step_s``, ``tp_sp_b<b>_step_s``; when the
-    preset's heads and positions divide among the ranks), and the forward + backward of :data:`PATH_UNITS`
+    parallelism, at each micro-batch of :data:`TP_FIT_BATCHES` (``tp_b<b>_step_s``, ``tp_sp_b<b>_step_s``, and the
+    communication of profiled steps, ``tp_b<b>_wait_s``, ``tp_sp_b<b>_wait_s``; when the preset's heads and positions
+    divide among the ranks), and the forward + backward of :data:`PATH_UNITS`
     :class:`distperf.model.Block` of :data:`PATH_PROBE`'s shape plain (``plain_stack_s``) and under FSDP2, one unit
     each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide.
     Each is the median of ``reps`` calls after two, the same number on every rank (their collectives must pair up).
@@ -525,7 +526,8 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     if tensor_parallel_fits(world):
         for sp, prefix in ((False, "tp"), (True, "tp_sp")):
             for b in TP_FIT_BATCHES:
-                out[f"{prefix}_b{b}_step_s"] = tensor_parallel_step_time(world, b, sp, reps)
+                out[f"{prefix}_b{b}_step_s"], out[f"{prefix}_b{b}_wait_s"] = tensor_parallel_step_time(world, b, sp,
+                                                                                                     reps)
     if world <= PATH_PROBE["layers"]:  # a stage per rank
         for schedule, key in (("1f1b", "pp_microbatch_s"), ("2bw", "twobw_microbatch_s")):
             out[key] = pipeline_microbatch_time(schedule, world, reps)
@@ -533,11 +535,14 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
 
 
 def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: bool, reps: int,
-                              model: str = STEP_FIT_MODEL) -> float:
+                              model: str = STEP_FIT_MODEL) -> tuple[float, float]:
     """The median seconds of ``reps`` training steps (after two) of the tensor-parallel trainer on the preset
     ``model`` (the :data:`~distperf.cost.kernels.STEP_FIT_MODEL` preset unless a diagnostic asks for another) over the
-    ``world`` ranks (one microbatch of ``micro_batch``), the slowest rank's: what
-    :func:`distperf.measure.path_fits.tensor_parallel_paths` fits DTensor's cost per collective on."""
+    ``world`` ranks (one microbatch of ``micro_batch``), the slowest rank's, and then the communication class of
+    :data:`PROFILED_STEPS` more steps under :class:`~distperf.measure.breakdown.StepBreakdown` (seconds per step), the
+    least of any rank's: what :func:`distperf.measure.path_fits.tensor_parallel_paths` fits DTensor's cost per
+    collective on, and :func:`~distperf.measure.path_fits.tensor_parallel_waits` the part of it inside the
+    collective."""
     import statistics
 
     import torch.distributed as dist
@@ -546,6 +551,7 @@ def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: b
     from ..config import Config, Layout, RunOptions, validate
     from ..parallel.loop import build_trainer
     from ..tokens import make_source
+    from .breakdown import StepBreakdown
 
     spec = presets.model(model)
     cfg = validate(Config(model=spec, layout=Layout(tp=world, micro_batch=micro_batch,
@@ -558,8 +564,15 @@ def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: b
         start = time.perf_counter()
         trainer.step(x, y)
         times.append(time.perf_counter() - start)
+    with StepBreakdown() as profiled:
+        for _ in range(PROFILED_STEPS):
+            trainer.step(x, y)
     trainer.finish()
-    return slowest(statistics.median(times[2:]), torch.device("cpu"))
+    waited = profiled.summary(PROFILED_STEPS)["communication"]
+    return slowest(statistics.median(times[2:]), torch.device("cpu")), -slowest(-waited, torch.device("cpu"))
+
+
+PROFILED_STEPS = 2  # the profiled steps after a tensor-parallel probe's timed ones
 
 
 def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:

@@ -121,6 +121,14 @@ def step_terms(model: str, micro_batch: int, sequence_parallel: bool, hw, world:
     algorithms) with DTensor's per-collective constants at 0, the step's collectives and their bytes (the step's
     change per second of the per-call constant and per second-per-byte of the per-byte one; the step is linear in
     both)."""
+    at = [step_prediction(model, micro_batch, sequence_parallel, hw, world, c, c_b)["iteration"]
+          for c, c_b in ((0.0, 0.0), (1.0, 0.0), (0.0, 1e-6))]
+    return at[0], at[1] - at[0], (at[2] - at[0]) / 1e-6
+
+
+def step_prediction(model: str, micro_batch: int, sequence_parallel: bool, hw, world: int, per_call: float,
+             per_byte: float) -> dict:
+    """The cost model's ``time_s`` of that step on ``hw`` with DTensor's per-call and per-byte constants set."""
     from dataclasses import replace
 
     from .. import presets
@@ -130,11 +138,33 @@ def step_terms(model: str, micro_batch: int, sequence_parallel: bool, hw, world:
     prefix = "tp_sp" if sequence_parallel else "tp"
     cfg = validate(Config(model=presets.model(model), layout=Layout(tp=world, micro_batch=micro_batch,
                                                                    sequence_parallel=sequence_parallel)))
-    at = [predict(cfg, replace(hw, kernels=replace(hw.kernels, **{f"{prefix}_collective_s": c,
-                                                                  f"{prefix}_collective_byte_s": c_b})),
-                  check=False, backend="gloo")["time_s"]["iteration"]
-          for c, c_b in ((0.0, 0.0), (1.0, 0.0), (0.0, 1e-6))]
-    return at[0], at[1] - at[0], (at[2] - at[0]) / 1e-6
+    costs = replace(hw.kernels, **{f"{prefix}_collective_s": per_call, f"{prefix}_collective_byte_s": per_byte})
+    return predict(cfg, replace(hw, kernels=costs), check=False, backend="gloo")["time_s"]
+
+
+def tensor_parallel_waits(paths: dict, hw, world: int) -> dict:
+    """``tp_collective_wait_s`` (``tp_sp_collective_wait_s``): the part of DTensor's cost per collective that the rank
+    spends inside the collective, where a profiler sees communication, fitted on the :data:`STEP_FIT_MODEL` preset's
+    profiled tensor-parallel steps (``tp_b<b>_wait_s``: the communication class of
+    :class:`distperf.measure.breakdown.StepBreakdown`, on the rank that waited least, as the book reads a run's
+    breakdown on the rank that ends it). Per micro-batch b, the measured communication less the cost model's on
+    ``hw`` with DTensor's constants at 0 (the collectives' α-β time), over the step's collectives n_b; the constant is
+    the median over b, at least 0. The cost model files at most the per-call cost as inside
+    (:func:`distperf.cost.communication.tensor_parallel`); the rest is framework. A constant whose steps were not
+    profiled stays ``hw``'s."""
+    import statistics
+
+    out = {}
+    for sp, prefix in ((False, "tp"), (True, "tp_sp")):
+        per_call = []
+        for b in stepped_batches(paths, prefix):
+            if f"{prefix}_b{b}_wait_s" in paths:
+                bare = step_prediction(STEP_FIT_MODEL, b, sp, hw, world, 0.0, 0.0)["communication_exposed"]
+                calls = step_terms(STEP_FIT_MODEL, b, sp, hw, world)[1]
+                per_call.append((paths[f"{prefix}_b{b}_wait_s"] - bare) / calls)
+        if per_call:
+            out[f"{prefix}_collective_wait_s"] = max(statistics.median(per_call), 0.0)
+    return out
 
 
 BYTE_SPAN = 16  # the per-byte term is fitted only on messages whose sizes span at least this factor
@@ -163,13 +193,14 @@ def _per_call_and_byte(points: list[tuple], per_byte: bool) -> tuple[float, floa
 def with_path_constants(hw, paths: dict, world: int, per_byte: bool = PER_BYTE):
     """``hw`` with every path constant taken from the path probes' times ``paths``: :func:`path_constants` (α-β of the
     profile's collectives as a step issues them), then :func:`tensor_parallel_paths` (with its per-byte terms unless
-    ``per_byte`` is False) and :func:`pipeline_actions` where their probes ran."""
+    ``per_byte`` is False), :func:`tensor_parallel_waits` and :func:`pipeline_actions` where their probes ran."""
     from dataclasses import replace
 
     fits = {kind: {"all": {"alpha": a, "beta": b}} for kind, a, b in hw.collectives}
     found = path_constants(paths, hw.kernels.to_dict(), fits, world)
     out = replace(hw, kernels=replace(hw.kernels, fsdp_overlap=found.pop("fsdp_overlap"), **found))
     out = replace(out, kernels=replace(out.kernels, **tensor_parallel_paths(paths, out, world, per_byte)))
+    out = replace(out, kernels=replace(out.kernels, **tensor_parallel_waits(paths, out, world)))
     if "pp_microbatch_s" in paths:
         out = replace(out, kernels=replace(out.kernels, **pipeline_actions(paths, out, world)))
     return out
