@@ -9,7 +9,7 @@ the same calibration; the runs that recompute with and without the checkpoint's 
 the waits for the slowest rank's rules; how far the rounds of the tensor-parallel path constants and of the pipeline
 action constants move those runs' profiled errors; whether DTensor's cost per byte of a collective's message stands
 (:func:`distperf.analysis.time_model.tp_bytes_rule`) and whether its split into a part inside the collectives and one
-outside stands (:func:`~distperf.analysis.time_model.tp_wait_rule`); the median and largest |signed error| of the
+outside stands, and the pipeline engines' (:func:`~distperf.analysis.time_model.wait_rule`); the median and largest |signed error| of the
 analytical and profiled modes over the held-out configurations and of the exposed communication per kind, against the
 goals
 (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print("The tensor-parallel path constants' rounds: " + tm.path_sensitivity(tables, hw, spread) + ".")
     print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")
     print("DTensor's cost per byte: " + tm.tp_bytes_rule_sentence(tables, hw, side) + ".")
-    print("DTensor's cost inside and outside its collectives: " + tm.tp_wait_rule_sentence(tables, hw) + ".")
+    for kind in tm.WAIT_SPLITS:
+        print(f"Inside and outside communication, {kind}: " + tm.wait_rule_sentence(tables, hw, kind) + ".")
     with pd.option_context("display.width", 200):
         print(report(tables, hw))
     return 0

@@ -261,18 +261,23 @@ def test_path_rounds_recompute_each_constant_from_every_round():
     fits = {kind: {"all": {"alpha": 1e-4, "beta": 1e9}} for kind in ("all-reduce", "all-gather", "reduce-scatter",
                                                                       "send")}
     base = {"plain_layer_s": 0.0, "tp_layer_s": 0.01, "tp_sp_layer_s": 0.01, "plain_stack_s": 0.01,
-            "fsdp_stack_s": 0.05, "pp_microbatch_s": 0.004, "twobw_microbatch_s": 0.006}
-    rounds = [{**base, "tp_layer_s": x, "pp_microbatch_s": y} for x, y in ((0.05, 0.004), (0.06, 0.008), (0.07, 0.006))]
+            "fsdp_stack_s": 0.05, "pp_microbatch_s": 0.004, "twobw_microbatch_s": 0.006,
+            "pp_microbatch_wait_s": 0.002, "twobw_microbatch_wait_s": 0.003}
+    rounds = [{**base, "tp_layer_s": x, "pp_microbatch_s": y, "pp_microbatch_wait_s": y / 2}
+              for x, y in ((0.05, 0.004), (0.06, 0.008), (0.07, 0.006))]
     side = {"ranks": 2, "issued_fits": fits, "conditions": {"path_rounds": rounds, "contention_rounds": [
         {"memory": 1.1, "compute": 1.0}, {"memory": 2.3, "compute": 1.2}, {"memory": 1.5, "compute": 1.1}]}}
     table = tm.path_rounds(side, hw).set_index("constant")
-    assert set(table.index) == {name for name, _, _ in tm.CONTENTION + tm.PATH_CONSTANTS}
+    unprofiled = {"tp_collective_wait_s", "tp_sp_collective_wait_s"}  # a tensor-parallel layer's rounds, not steps
+    assert set(table.index) == {name for name, _, _ in tm.CONTENTION + tm.PATH_CONSTANTS} - unprofiled
     assert (table["rounds"] == 3).all()
     assert tuple(table.loc["contention_memory", ["min", "median", "max"]]) == (1.1, 1.5, 2.3)
     tp = table.loc["tp_collective_s"]
     assert tp["min"] < tp["median"] < tp["max"] and tp["max"] - tp["min"] == pytest.approx(0.02 / 4 * 1e6)
     pp = table.loc["pp_action_s"]
     assert pp["max"] - pp["min"] == pytest.approx(0.004 / 2 * 1e6) and pp["profile"] == 0.0  # the profile's own
+    inside = table.loc["pp_action_wait_s"]  # the profiled communication per microbatch, less the model's, / 2
+    assert inside["max"] - inside["min"] == pytest.approx(0.002 / 2 * 1e6) and inside["max"] < pp["max"]
     assert table.loc["fsdp_overlap", "min"] == table.loc["fsdp_overlap", "max"]  # the same FSDP2 times each round
     assert tm.path_rounds({"conditions": {}}, hw).empty and tm.path_rounds(None, hw).empty
 
@@ -545,14 +550,32 @@ def test_the_wait_rule_compares_dtensors_cost_split_and_whole_as_communication(t
                                                                                         ("whole", whole))}
     assert all(a < b for a, b in zip(truths["split"], truths["whole"]))  # DTensor's Python is not communication
     measured = pd.DataFrame([{**r, "communication.exposed_s.tensor_parallel": t} for r, t in zip(runs, truths[truth])])
-    rule = tm.tp_wait_rule({"regimes": measured}, split)
+    rule = tm.wait_rule({"regimes": measured}, split)
     assert rule["runs"] == 2 and rule["stands"] == (truth == "split")
     assert rule[truth][1] == pytest.approx(0.0, abs=1e-9)
-    text = tm.tp_wait_rule_sentence({"regimes": measured}, split)
-    assert "400 µs inside the collective" in text and "over the 2 tensor-parallel runs" in text
+    text = tm.wait_rule_sentence({"regimes": measured}, split)
+    assert "400 of 1000 µs (tp_collective_s)" in text and "over the 2 tensor-parallel runs" in text
     assert ("the split stands" in text) == (truth == "split")
-    assert tm.tp_wait_rule({"regimes": measured}, HW) is None and "did not profile" in tm.tp_wait_rule_sentence(
+    assert tm.wait_rule({"regimes": measured}, HW) is None and "did not profile" in tm.wait_rule_sentence(
         {"regimes": measured}, HW)
+
+
+@pytest.mark.parametrize("truth", ["split", "whole"])
+def test_the_wait_rule_compares_the_pipeline_engines_cost_split_and_whole_as_framework(truth):
+    split = replace(HW, kernels=replace(HW.kernels, pp_action_s=2e-3, pp_action_wait_s=1.5e-3))
+    whole = replace(split, kernels=replace(split.kernels, pp_action_wait_s=0.0))
+    runs = [row("small", 1.0, hw=split, pp=2, schedule="1f1b", microbatches=m) for m in (2, 4)]
+    probe = {"regimes": pd.DataFrame([{**r, "communication.exposed_s.pipeline_parallel": 1.0} for r in runs])}
+    truths = {name: tm.exposed_errors(probe, hw).predicted_s.tolist() for name, hw in (("split", split),
+                                                                                        ("whole", whole))}
+    assert all(a > b for a, b in zip(truths["split"], truths["whole"]))  # the engine's sends and waits
+    measured = pd.DataFrame([{**r, "communication.exposed_s.pipeline_parallel": t}
+                             for r, t in zip(runs, truths[truth])])
+    rule = tm.wait_rule({"regimes": measured}, split, "pipeline_parallel")
+    assert rule["runs"] == 2 and rule["stands"] == (truth == "split")
+    text = tm.wait_rule_sentence({"regimes": measured}, split, "pipeline_parallel")
+    assert "1500 of 2000 µs (pp_action_s)" in text and "the 2 pipeline-parallel runs" in text
+    assert ("the split stands" in text) == (truth == "split") and "as framework" in text
 
 
 def test_the_overlap_rule_sentence_prices_both_probes_of_the_same_calibration():

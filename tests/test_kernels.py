@@ -341,6 +341,39 @@ def test_pipeline_actions_are_the_probes_time_beyond_the_models_other_terms():
     assert more["twobw_action_s"] - less["twobw_action_s"] == pytest.approx(5e-3)
 
 
+def test_the_part_of_an_action_inside_communication_is_the_profiled_probe_beyond_the_model():
+    """pipeline_waits: the probe's profiled communication per microbatch less what the model prices there, / 2, at
+    least 0; action_inside: 2·v·min(wait, action) per microbatch, moving time from framework to communication in the
+    predicted breakdown and leaving the step's time alone."""
+    from distperf.analysis.time_model import predicted_classes
+    from distperf.cost.stage import action_inside
+    from distperf.measure.path_fits import pipeline_actions, pipeline_waits
+
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    timed = {"pp_microbatch_s": 1.0, "twobw_microbatch_s": 1.0}
+    assert pipeline_waits(timed, hw, 2) == {}  # a calibration before 5 December 2026: the profile's stay
+    waits = {"pp_microbatch_wait_s": 0.0, "twobw_microbatch_wait_s": 0.0}
+    assert pipeline_waits(waits, hw, 2) == {"pp_action_wait_s": 0.0, "twobw_action_wait_s": 0.0}  # never negative
+    less, more = pipeline_waits(dict(timed, pp_microbatch_wait_s=1.0, twobw_microbatch_wait_s=1.0), hw, 2), \
+        pipeline_waits(dict(timed, pp_microbatch_wait_s=1.004, twobw_microbatch_wait_s=1.010), hw, 2)
+    assert more["pp_action_wait_s"] - less["pp_action_wait_s"] == pytest.approx(2e-3)
+    assert more["twobw_action_wait_s"] - less["twobw_action_wait_s"] == pytest.approx(5e-3)
+    assert less["pp_action_wait_s"] == pytest.approx(pipeline_actions(timed, hw, 2)["pp_action_s"])  # same model
+
+    def at(wait):
+        costs = synthetic_costs(pp_action_s=1e-3, pp_action_wait_s=wait)
+        return replace(PRESETS["A100-80GB"], kernels=costs)
+
+    cfg = small_cfg(pp=2, microbatches=4, schedule="interleaved", chunks=2)
+    assert action_inside(at(4e-4).kernels, cfg.layout) == pytest.approx(2 * 2 * 4e-4)
+    assert action_inside(at(5e-3).kernels, cfg.layout) == pytest.approx(2 * 2 * 1e-3)  # at most the action
+    assert action_inside(at(4e-4).kernels, small_cfg(dp=2).layout) == 0.0 and action_inside(None, cfg.layout) == 0.0
+    split, whole = predicted_classes(cfg, at(4e-4)), predicted_classes(cfg, at(0.0))
+    assert split["communication"] - whole["communication"] == pytest.approx(4 * 2 * 2 * 4e-4)
+    assert whole["framework"] - split["framework"] == pytest.approx(4 * 2 * 2 * 4e-4)
+    assert predict(cfg, at(4e-4))["time_s"] == predict(cfg, at(0.0))["time_s"]
+
+
 def test_a_size_sweep_stops_before_a_call_longer_than_the_budget(monkeypatch):
     import torch
 

@@ -273,7 +273,8 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
     """Per held-out configuration that uses one parallelism (dp, tp or pp) and whose measured exposed communication of
     that kind exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
     ``instrument``, ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a
-    pipeline, less DTensor's path cost outside its collectives for tensor parallelism, :func:`tp_outside`) and the
+    pipeline, less DTensor's path cost outside its collectives for tensor parallelism, :func:`tp_outside`, and plus
+    the engine's action cost inside communication for a pipeline, :func:`distperf.cost.stage.action_inside`) and the
     signed ``error``.
 
     Two instruments measure it, each on a step of its own after the timed steps (:mod:`distperf.measure.steps`):
@@ -310,6 +311,7 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         return pd.DataFrame(columns=columns + errors_)
     from ..cost import predict
     from ..cost.predict import rank_spans
+    from ..cost.stage import action_inside
 
     predicted = rows.with_predictions(frame, hw, check=False)
     out = []
@@ -335,6 +337,9 @@ def exposed_errors(tables: dict, hw) -> pd.DataFrame:
         if kind == "tensor_parallel":  # DTensor's Python around its collectives is framework in the breakdown too
             cfg = rows.config_of_row(r)
             value -= tp_outside(cfg, rows.run_hardware(hw, r), rank_spans(cfg)[0])
+        elif kind == "pipeline_parallel":  # the engine's sends and waits are communication in the breakdown too
+            cfg = rows.config_of_row(r)
+            value += cfg.layout.microbatches * action_inside(rows.run_hardware(hw, r).kernels, cfg.layout)
         out.append({"experiment": r.experiment, "config_hash": r.get("config_hash"), "stage": last,
                     "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
                     "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
@@ -511,10 +516,11 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
     the gradients' accumulation and FSDP2's units by their size, :func:`fsdp_units_time`, in other operators, the
     step's fixed Python in framework), optimizer, and the
     exposed communication and bubble of the prediction, less DTensor's path cost outside its collectives, which is
-    framework here as in a measured breakdown (:func:`tp_outside`)."""
+    framework here as in a measured breakdown (:func:`tp_outside`), and with the pipeline engine's action cost inside
+    communication moved there from framework (:func:`distperf.cost.stage.action_inside`)."""
     from ..cost import predict
     from ..cost.predict import DDP_BUCKET_BYTES, rank_spans
-    from ..cost.stage import accumulate_time, kernel_classes
+    from ..cost.stage import accumulate_time, action_inside, kernel_classes
 
     out = predict(cfg, hw, bucket_bytes or DDP_BUCKET_BYTES, check=False)
     lay, m = cfg.layout, cfg.layout.microbatches
@@ -528,9 +534,9 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None) -> dict:
     per_step = hw.kernels.step_s + (hw.kernels.ddp_step_s if lay.dp > 1 and lay.zero < 2 else 0.0)
     classes["framework"] += per_step
     classes["optimizer"] = max(t["compute"] - sum(classes[c] for c in kn.CLASSES), 0.0)  # what compute has left
-    outside = tp_outside(cfg, hw, spans[busiest])
-    classes["framework"] += outside
-    classes["communication"] = t["communication_exposed"] - outside
+    outside, inside = tp_outside(cfg, hw, spans[busiest]), m * action_inside(hw.kernels, lay)
+    classes["framework"] += outside - inside
+    classes["communication"] = t["communication_exposed"] - outside + inside
     classes["bubble"] = t["bubble"]
     return classes
 
@@ -539,7 +545,7 @@ def tp_outside(cfg, hw, span) -> float:
     """Seconds per step that DTensor's path costs the rank of ``span`` outside its collectives, m ×
     :attr:`distperf.cost.communication.TensorParallelTerms.outside`: the cost model's exposed communication holds it
     (the step's time does not depend on the split), a measured breakdown files it as framework; 0 without tensor
-    parallelism or measured kernels."""
+    parallelism or measured kernels. Whether the split stands: :func:`wait_rule`."""
     from ..cost.communication import tensor_parallel
 
     if cfg.layout.tp == 1 or hw.kernels is None:
@@ -634,6 +640,11 @@ def constants_table(hw) -> pd.DataFrame:
          f"less of {PIPE_MICROBATCHES[0]}, less the same microbatches through a plain copy of each stage, per "
          "microbatch, less the model's sends and waits; / 2"),
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
+        ("pp_action_wait_s", f"{k.pp_action_wait_s * 1e6:.3g}", "µs of pp_action_s inside communication",
+         "one more step of each length profiled (the communication class), the difference per microbatch, less the "
+         "model's sends and waits; / 2, at least 0"),
+        ("twobw_action_wait_s", f"{k.twobw_action_wait_s * 1e6:.3g}", "µs of twobw_action_s inside communication",
+         "the same under the 2BW engine"),
         *((name, f"{getattr(k, name) * 1e6:.3g}", f"µs per recomputed {what} and microbatch", how)
           for name, what, how in (
               ("recompute_layer_s", "layer", "a Block under torch.utils.checkpoint less the plain Block and less its "
@@ -661,7 +672,8 @@ PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_collective_byte_s", 1e6 
                   ("tp_sp_collective_s", 1e6, "µs"), ("tp_sp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
                   ("tp_collective_wait_s", 1e6, "µs"), ("tp_sp_collective_wait_s", 1e6, "µs"),
                   ("fsdp_overlap", 1.0, ""),
-                  ("pp_action_s", 1e6, "µs"), ("twobw_action_s", 1e6, "µs"))
+                  ("pp_action_s", 1e6, "µs"), ("twobw_action_s", 1e6, "µs"),
+                  ("pp_action_wait_s", 1e6, "µs"), ("twobw_action_wait_s", 1e6, "µs"))
 
 
 def _probed(constant: str, paths: dict) -> bool:
@@ -671,6 +683,8 @@ def _probed(constant: str, paths: dict) -> bool:
         if constant.endswith("_wait_s"):  # profiled steps, from 5 December 2026
             return any(key.startswith(f"{prefix}_b") and key.endswith("_wait_s") for key in paths)
         return f"{prefix}_layer_s" in paths or any(key.startswith(f"{prefix}_b") for key in paths)
+    if constant.endswith("action_wait_s"):  # profiled steps, from 5 December 2026
+        return "pp_microbatch_wait_s" in paths
     return "pp_microbatch_s" in paths if constant.endswith("action_s") else True
 
 
@@ -1071,52 +1085,64 @@ def tp_bytes_rule_sentence(tables: dict, hw, side: dict | None) -> str:
             f"the same steps ({said('alone')}), {runs}' median |error|; {verdict}")
 
 
-def tp_wait_rule(tables: dict, hw) -> dict | None:
-    """The rule declared on 5 December 2026, before the first build whose calibration profiled the tensor-parallel
-    steps it fits DTensor's cost per collective on: the split of that cost into a part inside the collective
-    (``tp_collective_wait_s``, ``tp_sp_collective_wait_s``: :func:`distperf.measure.path_fits.tensor_parallel_waits`)
-    and DTensor's Python outside it, which the predicted breakdown files as framework (:func:`tp_outside`), stands if,
-    over the held-out tensor-parallel runs whose exposed communication the goal judges (:func:`exposed_errors`), the
-    model's median |error| is lower with the split than with the whole cost as communication (each wait constant equal
-    to its per-call cost, the model until then) and the largest no higher. Returns ``{"runs", "stands", "split",
-    "whole", "constants"}`` (``split`` and ``whole``: median and largest |error|; ``constants``: the profile's per-call
-    costs and waits, µs), or None where the profile has no wait constants (calibrated before they were measured)."""
+# per kind of path: (cost, the part of it inside communication) of each engine, how the model filed the cost before
+# the split (the wait equal to the cost: all communication; 0: all framework), and the path's name in words
+WAIT_SPLITS = {"tensor_parallel": ((("tp_collective_s", "tp_collective_wait_s"),
+                                    ("tp_sp_collective_s", "tp_sp_collective_wait_s")), "communication",
+                                   "DTensor's cost per collective"),
+               "pipeline_parallel": ((("pp_action_s", "pp_action_wait_s"), ("twobw_action_s", "twobw_action_wait_s")),
+                                     "framework", "the pipeline engines' cost per action")}
+
+
+def wait_rule(tables: dict, hw, kind: str = "tensor_parallel") -> dict | None:
+    """The rule declared on 5 December 2026, before the first build whose calibration profiled the probes the path
+    constants are fitted on: the split of a path's cost into a part inside communication and the rest, framework
+    (:data:`WAIT_SPLITS`: DTensor's cost per collective, ``tp_collective_wait_s``, ``tp_sp_collective_wait_s``,
+    :func:`distperf.measure.path_fits.tensor_parallel_waits`, :func:`tp_outside`; the pipeline engines' cost per
+    action, ``pp_action_wait_s``, ``twobw_action_wait_s``, :func:`distperf.measure.path_fits.pipeline_waits`,
+    :func:`distperf.cost.stage.action_inside`) stands for ``kind`` if, over the held-out runs of that kind whose exposed
+    communication the goal judges (:func:`exposed_errors`), the model's median |error| is lower with the split than
+    with the whole cost filed as before (DTensor's as communication, the engines' as framework) and the largest no
+    higher. Returns ``{"runs", "stands", "split", "whole", "constants"}`` (``split`` and ``whole``: median and largest
+    |error|; ``constants``: the profile's costs and their parts inside, µs), or None where the profile has no such
+    part (calibrated before they were measured)."""
+    pairs, before, _ = WAIT_SPLITS[kind]
     k = hw.kernels if hw is not None else None
-    if k is None or not (k.tp_collective_wait_s or k.tp_sp_collective_wait_s):
+    if k is None or not any(getattr(k, wait) for _, wait in pairs):
         return None
-    whole = replace(hw, kernels=replace(k, tp_collective_wait_s=k.tp_collective_s,
-                                        tp_sp_collective_wait_s=k.tp_sp_collective_s))
+    whole = replace(hw, kernels=replace(k, **{wait: getattr(k, cost) if before == "communication" else 0.0
+                                              for cost, wait in pairs}))
     scores = {}
     for variant, priced in (("split", hw), ("whole", whole)):
         e = exposed_errors(tables, priced)
-        e = e[e.kind == "tensor_parallel"].error.abs() if len(e) else pd.Series(dtype=float)
+        e = e[e.kind == kind].error.abs() if len(e) else pd.Series(dtype=float)
         scores[variant] = (e.median(), e.max(), len(e))
     runs = scores["split"][2]
     stands = bool(runs) and scores["split"][0] < scores["whole"][0] and scores["split"][1] <= scores["whole"][1]
-    constants = {name: getattr(k, name) * 1e6 for name in ("tp_collective_s", "tp_collective_wait_s",
-                                                            "tp_sp_collective_s", "tp_sp_collective_wait_s")}
+    constants = {name: getattr(k, name) * 1e6 for pair in pairs for name in pair}
     return {"runs": runs, "stands": stands, "split": scores["split"][:2], "whole": scores["whole"][:2],
             "constants": constants}
 
 
-def tp_wait_rule_sentence(tables: dict, hw) -> str:
-    """:func:`tp_wait_rule` in words."""
-    rule = tp_wait_rule(tables, hw)
+def wait_rule_sentence(tables: dict, hw, kind: str = "tensor_parallel") -> str:
+    """:func:`wait_rule` in words."""
+    pairs, before, what = WAIT_SPLITS[kind]
+    rule = wait_rule(tables, hw, kind)
     if rule is None:
-        return ("this calibration did not profile the tensor-parallel steps (before 5 December 2026), so the model "
-                "files DTensor's whole cost per collective as communication")
+        return (f"this calibration did not profile the probes (before 5 December 2026), so the model files {what} as "
+                f"{before}")
+    runs = kind.replace("_", "-") + " run"
     if not rule["runs"]:
-        return "no held-out tensor-parallel run's exposed communication exceeded 5 % of its iteration"
+        return f"no held-out {runs}'s exposed communication exceeded 5 % of its iteration"
     c = rule["constants"]
+    parts = "; ".join(f"{c[wait]:.0f} of {c[cost]:.0f} µs ({cost})" for cost, wait in pairs)
     split, whole = rule["split"], rule["whole"]
     verdict = ("the split stands: a lower median and no higher largest" if rule["stands"] else
                "the split does not stand: not a lower median and no higher largest")
-    return (f"of DTensor's {c['tp_collective_s']:.0f} µs per collective the profiled steps put "
-            f"{c['tp_collective_wait_s']:.0f} µs inside the collective (sequence parallel "
-            f"{c['tp_sp_collective_wait_s']:.0f} of {c['tp_sp_collective_s']:.0f} µs); over the {rule['runs']} tensor-parallel run"
+    return (f"of {what}, the profiled probes put inside communication {parts}; over the {rule['runs']} {runs}"
             f"{'s' if rule['runs'] != 1 else ''} the goal judges, the exposed communication's median |error| is "
-            f"{split[0]:.1%} (largest {split[1]:.1%}) with the rest filed as framework and {whole[0]:.1%} "
-            f"({whole[1]:.1%}) with the whole cost as communication; {verdict}")
+            f"{split[0]:.1%} (largest {split[1]:.1%}) with the split and {whole[0]:.1%} ({whole[1]:.1%}) with the whole "
+            f"cost as {before}; {verdict}")
 
 
 def instruments_sentence(exposed: pd.DataFrame) -> str:

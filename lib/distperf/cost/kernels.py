@@ -30,7 +30,9 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``; ``tp_…`` and ``tp_sp_…`` for tensor- and
   sequence-parallel layers); and, measured on the calibration's ranks, a pipeline action's cost in torch's
   pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``): two actions per microbatch and
-  stage (a rank of the interleaved schedule holds v stages, its chunks).
+  stage (a rank of the interleaved schedule holds v stages, its chunks), of which ``pp_action_wait_s``
+  (``twobw_action_wait_s``) is spent inside communication, where a profiler files it
+  (:func:`distperf.cost.stage.action_inside`; it moves time between a predicted breakdown's classes, not the step's).
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
@@ -98,7 +100,7 @@ PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s", "tp_collective_byte
                     "tp_collective_wait_s", "tp_sp_collective_wait_s")  # collectives as DTensor issues them: per
 # call, per byte of the message, and the part of the per-call cost spent inside the collective
 WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", *PATH_COLLECTIVES,
-            "pp_action_s", "twobw_action_s") + RECOMPUTE_WRAPPERS
+            "pp_action_s", "twobw_action_s", "pp_action_wait_s", "twobw_action_wait_s") + RECOMPUTE_WRAPPERS
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 PROBE_PARTS = ("gemm_s", "elementwise_s", "python_s")  # measure.speed.PARTS (this module imports no torch)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
@@ -133,6 +135,11 @@ class KernelCosts:
     tp_sp_collective_wait_s: float = 0.0  # the same, sequence parallel
     pp_action_s: float = 0.0  # a pipeline action (one microbatch's forward or backward on a stage) in torch's runtime
     twobw_action_s: float = 0.0  # the same in the 2BW engine (both beyond the stage's layers and its sends)
+    # of pp_action_s (twobw_action_s), the part the rank spends inside communication (the profiler's: the engine's
+    # sends, receives and waits on them); the model keeps the whole action in framework (the step's time does not
+    # change), a measured breakdown files that part as communication
+    pp_action_wait_s: float = 0.0
+    twobw_action_wait_s: float = 0.0
     # what torch.utils.checkpoint costs per recomputed layer (full) or attention core (selective) beyond the kernels
     # of the forward it repeats: plain, tensor-parallel, sequence-parallel (measure.kernels.wrapper_times)
     recompute_layer_s: float = 0.0

@@ -273,6 +273,19 @@ def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
     return wrapped
 
 
+def action_inside(costs: kn.KernelCosts | None, lay: Layout) -> float:
+    """Seconds per microbatch of the pipeline engine's action cost (:func:`wrapper_time`) that the rank spends inside
+    communication: 2·v·min(wait, action) with the engine's ``pp_action_wait_s`` or ``twobw_action_wait_s``. The
+    model prices the whole action as framework (the step's time does not depend on the split); a measured breakdown
+    files this part as communication (the engine's sends, receives and waits on them). 0 without a pipeline."""
+    if costs is None or lay.pp == 1:
+        return 0.0
+    twobw = lay.schedule in TWOBW_ENGINE
+    action, wait = ((costs.twobw_action_s, costs.twobw_action_wait_s) if twobw
+                    else (costs.pp_action_s, costs.pp_action_wait_s))
+    return 2 * lay.chunks * min(max(wait, 0.0), action)
+
+
 def recompute_wrapper(costs: kn.KernelCosts, lay: Layout) -> float:
     """Seconds ``torch.utils.checkpoint`` adds to one layer's forward + backward beyond the kernels of the forward it
     repeats (the whole layer under full recomputation, the attention core under selective): the hooks that pack and

@@ -63,7 +63,7 @@ import torch
 from ..config import DDP_BUCKET_MB
 from .alpha_beta import fit_collectives, fit_issued
 from .path_fits import (FSDP_UNIT_HIDDENS, FSDP_UNIT_HIDDENS_QUICK, PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES,
-                        STEP_FIT_MODEL, TP_FIT_BATCHES, tensor_parallel_fits, with_path_constants)
+                        PIPE_PROBES, STEP_FIT_MODEL, TP_FIT_BATCHES, tensor_parallel_fits, with_path_constants)
 from .profiles import sidecar_path
 from .rounds import (ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, least_contention, median_rows,
                      moves, settled)
@@ -491,7 +491,8 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
     each and a root (``fsdp_stack_s``): the collectives as those paths issue them, with what they hide.
     Each is the median of ``reps`` calls after two, the same number on every rank (their collectives must pair up).
     With no more ranks than the probe has layers, also a microbatch's time with the probe pipelined one stage per rank
-    under torch's 1F1B (``pp_microbatch_s``) and under the 2BW engine (``twobw_microbatch_s``):
+    under torch's 1F1B (``pp_microbatch_s``) and under the 2BW engine (``twobw_microbatch_s``), with the
+    communication a microbatch adds to a profiled step (``pp_microbatch_wait_s``, ``twobw_microbatch_wait_s``):
     :func:`pipeline_microbatch_time`."""
     import statistics
 
@@ -529,8 +530,8 @@ def parallel_paths(world: int, reps: int = 10) -> dict:
                 out[f"{prefix}_b{b}_step_s"], out[f"{prefix}_b{b}_wait_s"] = tensor_parallel_step_time(world, b, sp,
                                                                                                      reps)
     if world <= PATH_PROBE["layers"]:  # a stage per rank
-        for schedule, key in (("1f1b", "pp_microbatch_s"), ("2bw", "twobw_microbatch_s")):
-            out[key] = pipeline_microbatch_time(schedule, world, reps)
+        for schedule, key, _, wait, _ in PIPE_PROBES:
+            out[key], out[wait] = pipeline_microbatch_time(schedule, world, reps)
     return out
 
 
@@ -575,7 +576,7 @@ def tensor_parallel_step_time(world: int, micro_batch: int, sequence_parallel: b
 PROFILED_STEPS = 2  # the profiled steps after a tensor-parallel probe's timed ones
 
 
-def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
+def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> tuple[float, float]:
     """Seconds the trainer's engine for ``schedule`` (torch's pipelining runtime, or the 2BW engine) adds to one more
     microbatch of :data:`PATH_PROBE` pipelined over the ``world`` ranks (one stage each, microbatch 1), beyond the
     stage's own forward and backward: per rank, steps of the two lengths of :data:`PIPE_MICROBATCHES` alternate with the
@@ -583,7 +584,10 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
     steps leave microbatches in flight, the plain passes follow the steps); (pipelined
     difference − plain difference) / difference in microbatches, medians, the mean over the ranks
     (:func:`mean_over_ranks`). The step's fixed costs, the pipeline's fill and the compute cancel; the engine's work,
-    its sends and its waits on the neighbours stay.
+    its sends and its waits on the neighbours stay. Second, the same difference of the communication class of one more
+    step of each length, drained (2BW's fill and drain cancel in the difference), under :class:`~distperf.measure.breakdown.StepBreakdown` (its sends, receives and waits), per
+    microbatch, the mean over the ranks: what :func:`distperf.measure.path_fits.pipeline_waits` fits the part of an
+    action inside communication on.
 
     Why the mean: until 3 December 2026 the probe took the largest of the ranks' values, and the largest of noisy
     values reads high. The probe's stages are alike (its vocabulary of 16 makes the embedding and the head negligible),
@@ -603,13 +607,14 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
     from ..model import build_stage, layer_input, lm_loss
     from ..parallel.loop import build_trainer
     from ..tokens import make_source
+    from .breakdown import StepBreakdown
 
     spec = ModelSpec(**PATH_PROBE)
     source = make_source("synthetic", spec.vocab, spec.seq, 0)
     rank = dist.get_rank()
     first, last = rank == 0, rank == world - 1
     act = layer_input(spec, 1).requires_grad_(True)
-    medians = []
+    medians, waited = [], []
     for m in PIPE_MICROBATCHES:
         cfg = validate(Config(model=spec, layout=Layout(pp=world, micro_batch=1, microbatches=m, schedule=schedule)))
         trainer = build_trainer(cfg, RunOptions(device="cpu"), torch.device("cpu"))
@@ -637,11 +642,16 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> float:
             else:  # 2BW's sends of one step are received in the next: its steps run back to back
                 pipelined.append(timed(lambda: trainer.step(x, y)))
         trainer.finish()
+        with StepBreakdown() as profiled:  # a drained step, as a run breaks 2BW's down (distperf.measure.steps)
+            trainer.step(x, y)
+            trainer.finish()
+        waited.append(profiled.summary()["communication"])
         dist.barrier()
         if not together:
             together = [timed(alone) for _ in range(reps + 2)]
         medians.append(statistics.median(pipelined[2:]) - statistics.median(together[2:]))
-    return mean_over_ranks((medians[1] - medians[0]) / (PIPE_MICROBATCHES[1] - PIPE_MICROBATCHES[0]))
+    more = PIPE_MICROBATCHES[1] - PIPE_MICROBATCHES[0]
+    return mean_over_ranks((medians[1] - medians[0]) / more), mean_over_ranks((waited[1] - waited[0]) / more)
 
 
 def mean_over_ranks(seconds: float) -> float:

@@ -193,7 +193,8 @@ def _per_call_and_byte(points: list[tuple], per_byte: bool) -> tuple[float, floa
 def with_path_constants(hw, paths: dict, world: int, per_byte: bool = PER_BYTE):
     """``hw`` with every path constant taken from the path probes' times ``paths``: :func:`path_constants` (α-β of the
     profile's collectives as a step issues them), then :func:`tensor_parallel_paths` (with its per-byte terms unless
-    ``per_byte`` is False), :func:`tensor_parallel_waits` and :func:`pipeline_actions` where their probes ran."""
+    ``per_byte`` is False), :func:`tensor_parallel_waits`, :func:`pipeline_actions` and :func:`pipeline_waits` where
+    their probes ran."""
     from dataclasses import replace
 
     fits = {kind: {"all": {"alpha": a, "beta": b}} for kind, a, b in hw.collectives}
@@ -203,6 +204,8 @@ def with_path_constants(hw, paths: dict, world: int, per_byte: bool = PER_BYTE):
     out = replace(out, kernels=replace(out.kernels, **tensor_parallel_waits(paths, out, world)))
     if "pp_microbatch_s" in paths:
         out = replace(out, kernels=replace(out.kernels, **pipeline_actions(paths, out, world)))
+    if "pp_microbatch_wait_s" in paths:
+        out = replace(out, kernels=replace(out.kernels, **pipeline_waits(paths, out, world)))
     return out
 
 
@@ -211,6 +214,31 @@ def pipeline_actions(paths: dict, hw, world: int) -> dict:
     microbatch's forward or backward on a stage) beyond every other term of the cost model: (what the engine adds to a
     microbatch in the probe, :func:`distperf.measure.calibrate.pipeline_microbatch_time` − what the cost model on
     ``hw``, without action costs, adds to it beyond compute: its sends and waits) / 2, at least 0."""
+    beyond = _probe_beyond_compute(hw, world)
+    return {action: max((paths[key] - beyond[schedule]) / 2, 0.0) for schedule, key, action, _, _ in PIPE_PROBES}
+
+
+def pipeline_waits(paths: dict, hw, world: int) -> dict:
+    """``pp_action_wait_s`` and ``twobw_action_wait_s``: the part of an action's cost the rank spends inside
+    communication, where a profiler sees it: (the communication one more microbatch adds to a profiled step of the
+    probe, ``pp_microbatch_wait_s`` / ``twobw_microbatch_wait_s`` from
+    :func:`distperf.measure.calibrate.pipeline_microbatch_time` − what the cost model on ``hw``, without action costs,
+    adds to it beyond compute) / 2, at least 0. The cost model files at most the action's cost as inside
+    (:func:`distperf.cost.stage.action_inside`)."""
+    beyond = _probe_beyond_compute(hw, world)
+    return {wait: max((paths[key] - beyond[schedule]) / 2, 0.0) for schedule, _, _, key, wait in PIPE_PROBES
+            if key in paths}
+
+
+# per engine: the schedule, the probe's time per microbatch and the constant fitted on it, then the same for the
+# communication of its profiled steps
+PIPE_PROBES = (("1f1b", "pp_microbatch_s", "pp_action_s", "pp_microbatch_wait_s", "pp_action_wait_s"),
+               ("2bw", "twobw_microbatch_s", "twobw_action_s", "twobw_microbatch_wait_s", "twobw_action_wait_s"))
+
+
+def _probe_beyond_compute(hw, world: int) -> dict:
+    """{schedule: what one more microbatch of the pipeline probe adds beyond compute} (its sends, waits and bubble)
+    as the cost model prices it on ``hw`` without action costs, per microbatch between :data:`PIPE_MICROBATCHES`."""
     from dataclasses import replace
 
     from ..config import Config, Layout, ModelSpec, validate
@@ -219,14 +247,13 @@ def pipeline_actions(paths: dict, hw, world: int) -> dict:
     bare = replace(hw, kernels=replace(hw.kernels, pp_action_s=0.0, twobw_action_s=0.0))
     spec, (m1, m2) = ModelSpec(**PATH_PROBE), PIPE_MICROBATCHES
     out = {}
-    for schedule, key, action in (("1f1b", "pp_microbatch_s", "pp_action_s"),
-                                  ("2bw", "twobw_microbatch_s", "twobw_action_s")):
+    for schedule, *_ in PIPE_PROBES:
         beyond = []
         for m in (m1, m2):
             t = predict(validate(Config(model=spec, layout=Layout(pp=world, micro_batch=1, microbatches=m,
                                                                   schedule=schedule))), bare, backend="gloo")["time_s"]
             beyond.append(t["iteration"] - t["compute"])
-        out[action] = max((paths[key] - (beyond[1] - beyond[0]) / (m2 - m1)) / 2, 0.0)
+        out[schedule] = (beyond[1] - beyond[0]) / (m2 - m1)
     return out
 
 
