@@ -566,9 +566,10 @@ def test_the_wait_rule_compares_the_pipeline_engines_cost_split_and_whole_as_fra
     whole = replace(split, kernels=replace(split.kernels, pp_action_wait_s=0.0))
     runs = [row("small", 1.0, hw=split, pp=2, schedule="1f1b", microbatches=m) for m in (2, 4)]
     probe = {"regimes": pd.DataFrame([{**r, "communication.exposed_s.pipeline_parallel": 1.0} for r in runs])}
-    truths = {name: tm.exposed_errors(probe, hw).predicted_s.tolist() for name, hw in (("split", split),
-                                                                                        ("whole", whole))}
+    truths = {name: tm.exposed_errors(probe, hw, pipeline_split=True).predicted_s.tolist()
+              for name, hw in (("split", split), ("whole", whole))}
     assert all(a > b for a, b in zip(truths["split"], truths["whole"]))  # the engine's sends and waits
+    assert tm.exposed_errors(probe, split).predicted_s.tolist() == truths["whole"]  # not standing: a what-if
     measured = pd.DataFrame([{**r, "communication.exposed_s.pipeline_parallel": t}
                              for r, t in zip(runs, truths[truth])])
     rule = tm.wait_rule({"regimes": measured}, split, "pipeline_parallel")

@@ -32,7 +32,9 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``): two actions per microbatch and
   stage (a rank of the interleaved schedule holds v stages, its chunks), of which ``pp_action_wait_s``
   (``twobw_action_wait_s``) is spent inside communication, where a profiler files it
-  (:func:`distperf.cost.stage.action_inside`; it moves time between a predicted breakdown's classes, not the step's).
+  (:func:`distperf.cost.stage.action_inside`; it would move time between a predicted breakdown's classes, not the
+  step's: its rule failed on the build at 70f88ea, so the book prices it as a what-if only,
+  :data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work

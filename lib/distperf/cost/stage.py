@@ -277,7 +277,9 @@ def action_inside(costs: kn.KernelCosts | None, lay: Layout) -> float:
     """Seconds per microbatch of the pipeline engine's action cost (:func:`wrapper_time`) that the rank spends inside
     communication: 2·v·min(wait, action) with the engine's ``pp_action_wait_s`` or ``twobw_action_wait_s``. The
     model prices the whole action as framework (the step's time does not depend on the split); a measured breakdown
-    files this part as communication (the engine's sends, receives and waits on them). 0 without a pipeline."""
+    files this part as communication (the engine's sends, receives and waits on them). 0 without a pipeline. The
+    book files the whole action as framework and this as a what-if (:data:`distperf.analysis.time_model.PIPELINE_SPLIT`:
+    its rule failed on the build at 70f88ea)."""
     if costs is None or lay.pp == 1:
         return 0.0
     twobw = lay.schedule in TWOBW_ENGINE
