@@ -127,7 +127,7 @@ def step_terms(model: str, micro_batch: int, sequence_parallel: bool, hw, world:
 
 
 def step_prediction(model: str, micro_batch: int, sequence_parallel: bool, hw, world: int, per_call: float,
-             per_byte: float) -> dict:
+                    per_byte: float) -> dict:
     """The cost model's ``time_s`` of that step on ``hw`` with DTensor's per-call and per-byte constants set."""
     from dataclasses import replace
 
@@ -159,9 +159,9 @@ def tensor_parallel_waits(paths: dict, hw, world: int) -> dict:
         per_call = []
         for b in stepped_batches(paths, prefix):
             if f"{prefix}_b{b}_wait_s" in paths:
-                bare = step_prediction(STEP_FIT_MODEL, b, sp, hw, world, 0.0, 0.0)["communication_exposed"]
-                calls = step_terms(STEP_FIT_MODEL, b, sp, hw, world)[1]
-                per_call.append((paths[f"{prefix}_b{b}_wait_s"] - bare) / calls)
+                bare, once = (step_prediction(STEP_FIT_MODEL, b, sp, hw, world, c, 0.0) for c in (0.0, 1.0))
+                calls = once["iteration"] - bare["iteration"]  # the step's change per second of the per-call cost
+                per_call.append((paths[f"{prefix}_b{b}_wait_s"] - bare["communication_exposed"]) / calls)
         if per_call:
             out[f"{prefix}_collective_wait_s"] = max(statistics.median(per_call), 0.0)
     return out
