@@ -13,6 +13,7 @@ from distperf.cost.collectives import ring_terms
 from distperf.measure.alpha_beta import fit_alpha_beta, fit_collectives, fit_issued
 from distperf.measure.calibrate import sidecar_path
 from distperf.measure.rounds import least_contention
+from distperf.cost.kernels import RECOMPUTE_WRAPPERS
 from distperf.measure.kernels import LINEAR_SIZES_QUICK
 
 
@@ -114,7 +115,9 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     # machine, but the largest is well above it
     assert all(r[1] > 0 and r[2] >= 0 for r in k.linear_fp32) and k.linear_fp32[-1][2] > 0
     assert k.tp_layer_s > 0 and k.fsdp_unit_s > 0 and k.module_call_s > 0
-    assert k.recompute_layer_s > 0 and k.tp_recompute_layer_s > 0  # checkpoint's hooks and the repeated dispatch
+    # checkpoint's hooks and the repeated dispatch: residuals of three timed steps, clamped at 0 (noise on a busy
+    # machine can take one to 0, so only their presence and range are checked here; their values are the build's)
+    assert all(0 <= getattr(k, name) < 1.0 for name in RECOMPUTE_WRAPPERS)
     assert k.step_s == side["step_fit"]["step_s"]
     assert {r["model"] for r in side["step_fit"]["rows"]} == {"tiny"}
     # the speed probe around the kernel tables, against which each run's probe scales them

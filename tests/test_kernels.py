@@ -397,3 +397,23 @@ def test_a_size_sweep_stops_before_a_call_longer_than_the_budget(monkeypatch):
     # forward and backward at 512 take 0.6 s in bf16, so 1024 would take 4.8 s
     assert [r[0] for r in mk.linear_times((128, 256, 512, 1024), torch.bfloat16)] == [128, 256, 512]
     assert [r[0] for r in mk.linear_times((128, 256, 512, 1024), torch.float32)] == [128, 256, 512, 1024]
+
+
+def test_recomputation_constants_are_the_checkpointed_steps_beyond_the_plain_one_and_at_least_0(monkeypatch):
+    """The formula of :func:`measure.kernels.recompute_times`, on scripted times (no timing): the checkpointed step
+    less the plain step less the forward (or core) it repeats, clamped at 0 where noise makes it negative."""
+    import torch.distributed.tensor.parallel as tp
+
+    from distperf.config import ModelSpec
+    from distperf.measure import kernels as measured
+    from distperf.model import layer_input
+
+    # forward, core, then (plain, full, selective) step for plain, tensor- and sequence-parallel layers
+    times = iter([1.0, 0.5, 3.0, 5.0, 3.2, 4.0, 7.5, 4.0, 4.0, 4.5, 6.0])
+    monkeypatch.setattr(measured, "median_time", lambda fn, min_run_time: next(times))
+    monkeypatch.setattr(tp, "parallelize_module", lambda module, mesh, plan: module)
+    spec = ModelSpec(**measured.PROBE)
+    out = measured.recompute_times(spec, layer_input(spec, 1), None, 0.1)
+    assert out == {"recompute_layer_s": 1.0, "recompute_core_s": 0.0, "tp_recompute_layer_s": 2.5,
+                   "tp_recompute_core_s": 0.0, "tp_sp_recompute_layer_s": 0.0, "tp_sp_recompute_core_s": 1.5}
+    assert set(out) == set(kn.RECOMPUTE_WRAPPERS) and next(times, None) is None
