@@ -273,7 +273,9 @@ def _ending_share(row, stage: int) -> float:
 # its probe spent inside communication as communication (distperf.cost.stage.action_inside): the rule of 5 December
 # 2026 (wait_rule) judged it on the build at 70f88ea, where it did not stand (the 28 pipeline runs' median |error|
 # 8.1 % with it against 8.0 % without, largest 60.8 % against 46.9 %), so the whole action stays framework; the
-# calibration still measures the part (pp_action_wait_s, twobw_action_wait_s) and each build prices it as a what-if
+# calibration still measures the part (pp_action_wait_s, twobw_action_wait_s) and each build prices it as a what-if;
+# it fell again on 134a506 and 696dc47, and from 6 December 2026 the probe reads it on the rank that waited least, over
+# three profiled steps (distperf.measure.calibrate.pipeline_microbatch_time), judged by the same rule on the next build
 PIPELINE_SPLIT = False
 
 
