@@ -84,10 +84,11 @@ def activation_message(spec: ModelSpec, lay: Layout, tr: Training, convention: s
     return lay.micro_batch * spec.seq * spec.hidden * value / (lay.tp if split else 1)
 
 
+@lru_cache(maxsize=4096)
 def _link(hw: Hardware, kind: str, group_span: int, backend: str) -> tuple[float, float, str]:
     """(α, β, algorithms) for a collective of ``kind`` over ``group_span`` devices: the calibration's fit for this
     kind where the profile has one (:meth:`distperf.hardware.Hardware.fitted`; fitted on the ring's steps and volume, so
-    timed with them), else the link's α-β and the backend's algorithms."""
+    timed with them), else the link's α-β and the backend's algorithms (cached: a sweep asks for the same few)."""
     fit = hw.fitted(kind, group_span) if hw.collectives else None
     return (*fit, "nccl") if fit is not None else (*hw.link(group_span), backend)
 
@@ -285,7 +286,7 @@ def data_parallel(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, stat
             gather = collective_time("all-gather", gathered * pb, dp, *link)
         else:  # FSDP2 gathers unit by unit: each call pays its latency
             gather = unit_gathers(states.units, dp, pb, *link)
-        layer = max((shard for count, shard in states.units if count), default=0)
+        layer = max([shard for count, shard in states.units if count], default=0)
         overlap = hw.kernels.fsdp_overlap if hw.kernels is not None else 1.0  # FSDP2's own path
         reduction = _bucketed(hw, gathered * gb, dp * layer * gb, work.backward, "reduce-scatter", dp, group, backend,
                               overlap)
@@ -314,15 +315,26 @@ def unit_gathers(units: tuple, dp: int, pb: int, latency: float, bandwidth: floa
 def _bucketed(hw: Hardware, total: float, bucket: float, compute: float, kind: str, dp: int, group: int, backend: str,
               overlap: float) -> float:
     """Exposed time of ``kind`` reduced in buckets behind ``compute`` (:func:`bucketed_exposed_time`), hiding only the
-    share ``overlap`` of what perfect overlap hides: serial − overlap · (serial − perfect) (:func:`shown`)."""
+    share ``overlap`` of what perfect overlap hides: serial − overlap · (serial − perfect) (:func:`shown`). With no
+    share (overlap ≤ 0) that is serial or serial · (1 − overlap), and perfect overlap is not priced."""
     if not hw.collectives and overlap >= 1.0:
         return bucketed_exposed_time(total, bucket, compute, kind, dp, *hw.link(group), backend=backend)
     *link, algorithms = _link(hw, kind, group, backend)
-    perfect = bucketed_exposed_time(total, bucket, compute, kind, dp, *link, backend=algorithms)
     if overlap >= 1.0:
-        return perfect
-    serial = bucketed_exposed_time(total, bucket, 0.0, kind, dp, *link, backend=algorithms)
+        return bucketed_exposed_time(total, bucket, compute, kind, dp, *link, backend=algorithms)
+    serial = _serial(total, bucket, kind, dp, *link, algorithms)
+    if overlap <= 0:  # serial − 0 · hideable is serial; below 0, shown reads serial alone
+        return shown(serial, 0.0, overlap)
+    perfect = bucketed_exposed_time(total, bucket, compute, kind, dp, *link, backend=algorithms)
     return shown(serial, serial - perfect, overlap)
+
+
+@lru_cache(maxsize=4096)
+def _serial(total: float, bucket: float, kind: str, dp: int, latency: float, bandwidth: float,
+            algorithms: str) -> float:
+    """:func:`bucketed_exposed_time` with no compute to hide behind: the buckets one after another (cached: it does not
+    depend on the microbatch's compute, which a sweep's micro-batches and recomputation modes change)."""
+    return bucketed_exposed_time(total, bucket, 0.0, kind, dp, latency, bandwidth, backend=algorithms)
 
 
 def shown(serial: float, hideable: float, overlap: float) -> float:

@@ -518,6 +518,7 @@ def clear_cache() -> None:
     _CACHE.clear()
     _STATES.clear()
     _TERMS.clear()
+    _rank_tensors.cache_clear()
 
 
 @lru_cache(maxsize=4096)
@@ -548,8 +549,10 @@ def ddp_bucket_bytes(spec: ModelSpec, t: int, p: int, span: Span, grad: int, cap
     return max(cap, total / count) if count else cap
 
 
+@lru_cache(maxsize=4096)
 def _rank_tensors(spec: ModelSpec, t: int, span: Span, head_matrix: bool) -> tuple:
-    """(count, dim-0 size, elements) of the parameter tensors one rank holds, for ZeRO sharding."""
+    """(count, dim-0 size, elements) of the parameter tensors one rank holds, for ZeRO sharding (cached: the model
+    states, the optimizer step and the gradient accumulation each ask)."""
     h, vocab, s = spec.hidden, spec.vocab, spec.seq
     tensors = [(span.layers, d0, numel) for d0, numel in par.layer_tensors(h, spec.ffn, t)]
     if span.first:
