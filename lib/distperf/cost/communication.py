@@ -359,6 +359,7 @@ def binomial_sends(loads: tuple[int, ...]) -> int:
     """The most any of n ranks sends when each rank r broadcasts ``loads[r]`` elements over gloo's binomial tree:
     rank r forwards every root's load once per child it has in that root's tree."""
     n = len(loads)
-    return max(sum(load * binomial_children((r - root) % n, n) for root, load in enumerate(loads)) for r in range(n))
+    children = [binomial_children(v, n) for v in range(n)]  # by distance from the root
+    return max(sum(load * children[(r - root) % n] for root, load in enumerate(loads)) for r in range(n))
 
 
