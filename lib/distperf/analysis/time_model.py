@@ -654,8 +654,8 @@ def constants_table(hw) -> pd.DataFrame:
          "microbatch, less the model's sends and waits; / 2"),
         ("twobw_action_s", f"{k.twobw_action_s * 1e6:.3g}", "µs per action", "the same under the 2BW engine"),
         ("pp_action_wait_s", f"{k.pp_action_wait_s * 1e6:.3g}", "µs of pp_action_s inside communication",
-         "one more step of each length profiled (the communication class), the difference per microbatch, less the "
-         "model's sends and waits; / 2, at least 0"),
+         "three more steps of each length profiled, drained (the communication class, their median), the "
+         "difference per microbatch on the rank that waited least, less the model's sends and waits; / 2, at least 0"),
         ("twobw_action_wait_s", f"{k.twobw_action_wait_s * 1e6:.3g}", "µs of twobw_action_s inside communication",
          "the same under the 2BW engine"),
         *((name, f"{getattr(k, name) * 1e6:.3g}", f"µs per recomputed {what} and microbatch", how)
