@@ -599,8 +599,9 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> tuple[floa
     while that build's 1F1B runs of `small` measured about 2.0 ms of exposed communication per microbatch more against
     the model's 0.8 ms; rerun three times on the development machine the next hour, one profiled step per length, the
     two ranks read 4.7 and 5.7, 5.0 and 1.0, 2.1 and 0.4 ms per 1F1B microbatch (2BW: 5.0 and 2.0, −0.4 and 1.7, 0.8
-    and 1.1 ms): a single step per length is noise. Declared before the build that judges it
-    (:func:`distperf.analysis.time_model.wait_rule`).
+    and 1.1 ms): a single step per length is noise. Declared before the build that judged it
+    (:func:`distperf.analysis.time_model.wait_rule`), at de85c17, where the split it measures did not stand: the
+    model still files the whole action as framework (:data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
 
     Why the mean: until 3 December 2026 the probe took the largest of the ranks' values, and the largest of noisy
     values reads high. The probe's stages are alike (its vocabulary of 16 makes the embedding and the head negligible),
