@@ -337,6 +337,13 @@ def _serial(total: float, bucket: float, kind: str, dp: int, latency: float, ban
     return bucketed_exposed_time(total, bucket, 0.0, kind, dp, latency, bandwidth, backend=algorithms)
 
 
+def clear_cache() -> None:
+    """Empty this module's caches of a collective's α-β terms and of the buckets' serial time (a benchmark's cold
+    pass: :func:`distperf.cost.predict.clear_caches`)."""
+    _link.cache_clear()
+    _serial.cache_clear()
+
+
 def shown(serial: float, hideable: float, overlap: float) -> float:
     """Exposed seconds of communication that takes ``serial`` alone, of which perfect overlap hides ``hideable``:
     serial − overlap · hideable for overlap in [0, 1]; for a negative overlap (a path that costs more than its

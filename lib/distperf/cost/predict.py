@@ -73,7 +73,7 @@ from . import parameters as par
 from .collectives import BACKENDS, ddp_bucket_count, gloo_sent_bytes
 from .model_states import greedy_partition_max, zero_partition_loads
 from .schedules import FLUSHING, in_flight_per_rank, pipeline_time, weight_versions
-from .communication import _link, _serial, binomial_sends, unit_gathers
+from .communication import binomial_sends, clear_cache as clear_communication_cache, unit_gathers
 from .stage import Span, StageCosts, clear_cache, ddp_buckets, stage_costs, step_waits
 
 DDP_BUCKET_BYTES = DDP_BUCKET_MB * 2**20
@@ -342,9 +342,10 @@ def _model_totals(layers: int, h: int, ffn: int, vocab: int, s: int, tied: bool,
 def clear_caches() -> None:
     """Forget cached per-stage costs (for benchmarks that must start cold)."""
     clear_cache()
+    clear_communication_cache()
     for cached in (_stashes, _spans, _uniform, _more_versions, _one_chunk_flights, in_flight_per_rank, _model_totals,
                    greedy_partition_max, zero_partition_loads, gloo_sent_bytes, binomial_sends, unit_gathers,
-                   ddp_buckets, ddp_bucket_count, _link, _serial):
+                   ddp_buckets, ddp_bucket_count):
         cached.cache_clear()
 
 
