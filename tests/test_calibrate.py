@@ -75,9 +75,9 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     assert TP_FIT_BATCHES == (1, 4, 16, 64, 256)  # messages of 2 KiB to 512 KiB: a cost per call and one per byte
     assert all(paths[f"{p}_b{b}_step_s"] > 0 for p in ("tp", "tp_sp") for b in TP_FIT_BATCHES)
     assert hw.kernels.tp_collective_byte_s >= 0 and hw.kernels.tp_sp_collective_byte_s >= 0
-    # the same steps profiled: the communication a rank saw in them, and DTensor's part of it per collective
-    assert all(paths[f"{p}_b{b}_step_s"] > paths[f"{p}_b{b}_wait_s"] > 0
-               for p in ("tp", "tp_sp") for b in TP_FIT_BATCHES)
+    # the same steps profiled: the communication a rank saw in them (every step all-reduces, so some), and DTensor's
+    # part of it per collective; not compared with the timed step, which ran without the profiler's cost
+    assert all(paths[f"{p}_b{b}_wait_s"] > 0 for p in ("tp", "tp_sp") for b in TP_FIT_BATCHES)
     assert hw.kernels.tp_collective_wait_s >= 0 and hw.kernels.tp_sp_collective_wait_s >= 0
     assert 0 <= side["background_cpu_share"] <= 1  # the machine's share other processes used meanwhile
     # the spawned ranks pinned as a run's are: a core each where the machine has a core per rank
