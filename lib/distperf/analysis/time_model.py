@@ -276,17 +276,22 @@ def _ending_share(row, stage: int) -> float:
 # calibration still measures the part (pp_action_wait_s, twobw_action_wait_s) and each build prices it as a what-if;
 # it fell again on 134a506 and 696dc47, and from 6 December 2026 the probe reads it on the rank that waited least, over
 # three profiled steps (distperf.measure.calibrate.pipeline_microbatch_time), judged by the same rule on the next build:
-# on de85c17 it did not stand (median |error| 10.0 % with it against 17.5 % without, largest 54.6 % against 48.4 %)
+# on de85c17 it did not stand (median |error| 10.0 % with it against 17.5 % without, largest 54.6 % against 48.4 %),
+# on 8c89bfd, the same code, it would have (4.5 % / 20.8 % against 19.0 % / 56.8 %); from 6 December 2026 the
+# calibration fits each schedule's part on the tiny preset's runs (distperf.analysis.pipeline_waits), judged by the
+# same rule on the next ten-repeat build
 PIPELINE_SPLIT = False
 
 
-def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT) -> pd.DataFrame:
+def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held_out_only: bool = True) -> pd.DataFrame:
     """Per held-out configuration that uses one parallelism (dp, tp or pp) and whose measured exposed communication of
     that kind exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
     ``instrument``, ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a
     pipeline, less DTensor's path cost outside its collectives for tensor parallelism, :func:`tp_outside`, and with
     ``pipeline_split`` plus the engine's action cost inside communication for a pipeline,
-    :func:`distperf.cost.stage.action_inside`: :data:`PIPELINE_SPLIT`) and the signed ``error``.
+    :func:`distperf.cost.stage.action_inside`: :data:`PIPELINE_SPLIT`), the signed ``error``, and the layout's
+    ``schedule``, ``microbatches`` and ``chunks``. Without ``held_out_only``, the rows of the preset constants are
+    fitted on too (what :mod:`distperf.analysis.pipeline_waits` fits on).
 
     Two instruments measure it, each on a step of its own after the timed steps (:mod:`distperf.measure.steps`):
     the breakdown step's communication class (the profiler alone, with ``Work.wait`` as spans:
@@ -311,7 +316,8 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT) -> p
     training steps do not), so its bubble there is that of the same pipeline flushed under 1F1B."""
     frame = _frame(tables)
     columns = ["experiment", "config_hash", "stage", "strategy", "model", "kind", "instrument", "measured_s",
-               "predicted_s", "tracked_s", "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch"]
+               "predicted_s", "tracked_s", "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch",
+               "schedule", "microbatches", "chunks"]
     errors_ = ["error", "error_tracked", "error_breakdown", "error_ending"]
     if hw is None or not len(frame):
         return pd.DataFrame(columns=columns + errors_)
@@ -356,11 +362,13 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT) -> p
                     "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
                     "predicted_s": value, "tracked_s": tracked, "breakdown_s": step,
                     "ending_s": ending if waits else np.nan, "tracked_stretch": _tracked_window(r) / iteration,
-                    "breakdown_stretch": float(window) / iteration if window is not None else np.nan})
+                    "breakdown_stretch": float(window) / iteration if window is not None else np.nan,
+                    "schedule": r.get("config.layout.schedule"), "microbatches": r.get("config.layout.microbatches"),
+                    "chunks": r.get("config.layout.chunks")})
     table = pd.DataFrame(out, columns=columns)
     for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s", "ending_s")):
         table[error] = signed_error(table.predicted_s, table[against]) if len(table) else pd.Series(dtype=float)
-    return held_out(table).reset_index(drop=True)
+    return (held_out(table) if held_out_only else table).reset_index(drop=True)
 
 
 def exposed_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
@@ -658,6 +666,11 @@ def constants_table(hw) -> pd.DataFrame:
          "difference per microbatch on the rank that waited least, less the model's sends and waits; / 2, at least 0"),
         ("twobw_action_wait_s", f"{k.twobw_action_wait_s * 1e6:.3g}", "µs of twobw_action_s inside communication",
          "the same under the 2BW engine"),
+        ("action_waits", ", ".join(f"{schedule} {wait * 1e6:.3g}" for schedule, wait in k.action_waits)
+         or "not fitted", "µs per action inside communication, per schedule (where fitted, in place of the two above)",
+         f"the {STEP_FIT_MODEL} preset's pipeline runs (distperf run; 4 layers, 2 stages, micro-batch 2, 2 and 8 "
+         "microbatches, 3 repeats), exposed communication as the goal reads it less the model's with the action as "
+         "framework, per action: the median over each schedule's runs, at least 0"),
         *((name, f"{getattr(k, name) * 1e6:.3g}", f"µs per recomputed {what} and microbatch", how)
           for name, what, how in (
               ("recompute_layer_s", "layer", "a Block under torch.utils.checkpoint less the plain Block and less its "
@@ -1122,10 +1135,11 @@ def wait_rule(tables: dict, hw, kind: str = "tensor_parallel") -> dict | None:
     part (calibrated before they were measured)."""
     pairs, before, _ = WAIT_SPLITS[kind]
     k = hw.kernels if hw is not None else None
-    if k is None or not any(getattr(k, wait) for _, wait in pairs):
+    table = k.action_waits if k is not None and kind == "pipeline_parallel" else ()
+    if k is None or not (table or any(getattr(k, wait) for _, wait in pairs)):
         return None
     whole = replace(hw, kernels=replace(k, **{wait: getattr(k, cost) if before == "communication" else 0.0
-                                              for cost, wait in pairs}))
+                                              for cost, wait in pairs}, **({"action_waits": ()} if table else {})))
     scores = {}
     for variant, priced in (("split", hw), ("whole", whole)):
         e = exposed_errors(tables, priced, pipeline_split=True)
@@ -1134,8 +1148,9 @@ def wait_rule(tables: dict, hw, kind: str = "tensor_parallel") -> dict | None:
     runs = scores["split"][2]
     stands = bool(runs) and scores["split"][0] < scores["whole"][0] and scores["split"][1] <= scores["whole"][1]
     constants = {name: getattr(k, name) * 1e6 for pair in pairs for name in pair}
+    constants.update({schedule: wait * 1e6 for schedule, wait in table})
     return {"runs": runs, "stands": stands, "split": scores["split"][:2], "whole": scores["whole"][:2],
-            "constants": constants}
+            "constants": constants, "fitted": tuple(schedule for schedule, _ in table)}
 
 
 def wait_rule_sentence(tables: dict, hw, kind: str = "tensor_parallel") -> str:
@@ -1149,11 +1164,17 @@ def wait_rule_sentence(tables: dict, hw, kind: str = "tensor_parallel") -> str:
     if not rule["runs"]:
         return f"no held-out {runs}'s exposed communication exceeded 5 % of its iteration"
     c = rule["constants"]
-    parts = "; ".join(f"{c[wait]:.0f} of {c[cost]:.0f} µs ({cost})" for cost, wait in pairs)
+    parts = "the profiled probes put inside communication " + "; ".join(
+        f"{c[wait]:.0f} of {c[cost]:.0f} µs ({cost})" for cost, wait in pairs)
+    if rule.get("fitted"):
+        parts = ("the tiny preset's runs put inside communication, per action, " + ", ".join(
+            f"{c[schedule]:.0f} µs ({schedule})" for schedule in rule["fitted"])
+                 + f" (of {c['pp_action_s']:.0f} µs per action of torch's runtime, {c['twobw_action_s']:.0f} of "
+                   "the 2BW engine's)")
     split, whole = rule["split"], rule["whole"]
     verdict = ("the split stands: a lower median and no higher largest" if rule["stands"] else
                "the split does not stand: not a lower median and no higher largest")
-    return (f"of {what}, the profiled probes put inside communication {parts}; over the {rule['runs']} {runs}"
+    return (f"of {what}, {parts}; over the {rule['runs']} {runs}"
             f"{'s' if rule['runs'] != 1 else ''} the goal judges, the exposed communication's median |error| is "
             f"{split[0]:.1%} (largest {split[1]:.1%}) with the split and {whole[0]:.1%} ({whole[1]:.1%}) with the "
             f"whole cost as {before}; {verdict}")

@@ -105,6 +105,8 @@ def main(args: argparse.Namespace) -> int:
         hw, sidecar = machine or calibrate(quick=args.quick, models=models, micro_batches=micro_batches,
                                            ranks=args.ranks, threads=args.threads, device=args.device,
                                            timeout=args.timeout, log=log)
+        if machine is None and not args.quick and args.device == "cpu" and hw.kernels is not None:
+            hw, sidecar["pipeline_waits"] = _pipeline_waits(hw, out, scale, args.timeout, log)
         if network:
             hw, sidecar["network"] = _links(hw, network, network_info, args, log)
         if machine:
@@ -140,6 +142,33 @@ def _machine_from(path: str, device: str):
         raise ConfigError("machine_from", f"{path}: no calibration sidecar next to it (calibrate writes one)")
     earlier = {"path": str(Path(path).resolve()), "provenance": side.get("provenance"), "seconds": side.get("seconds")}
     return hw, {**side, "provenance": provenance(device), "machine_from": earlier}
+
+
+def _pipeline_waits(hw, profile: Path, scale: str, timeout: float, log):
+    """Run the tiny preset's pipelines (:data:`distperf.analysis.pipeline_waits.EXPERIMENT`, into
+    ``calibration_pipelines.csv`` beside ``profile``, measured afresh, each run predicted on ``hw``, which is written
+    to ``profile`` first) and fit each schedule's part of an action inside communication on them; return the profile
+    with the table ``action_waits`` and the sidecar's ``pipeline_waits``."""
+    import pandas as pd
+
+    from ..analysis.pipeline_waits import EXPERIMENT, REPEATS, fitted_waits, with_waits
+    from ..hardware import save_profile
+    from ..runner.grid import Experiment
+    from ..runner.sweep import sweep
+
+    log(f"pipeline actions inside communication: the {EXPERIMENT['base']['model']} preset's runs")
+    directory = profile.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    save_profile(hw, profile)  # the runs' own predictions read it
+    spec = {**EXPERIMENT, "base": {**EXPERIMENT["base"], "hardware": str(profile.resolve())}}
+    exp = Experiment.from_dict({"scale": scale, **spec}, workdir=directory)
+    table_path = directory / f"{exp.name}.csv"
+    counts = sweep(exp, table_path, timeout=timeout, force=True, device="cpu", progress=False, scale=scale,
+                   repeats=REPEATS)
+    waits, rows = fitted_waits(pd.read_csv(table_path, low_memory=False), hw)
+    fitted = rows[["schedule", "microbatches", "measured_s", "predicted_s"]].to_dict("records") if len(rows) else []
+    found = {"table": table_path.name, "runs": counts, "configurations": len(rows), "waits_s": waits, "rows": fitted}
+    return (with_waits(hw, waits) if waits else hw), found
 
 
 def _links(hw, network, info: dict, args, log):

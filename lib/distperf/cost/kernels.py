@@ -31,10 +31,11 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   sequence-parallel layers); and, measured on the calibration's ranks, a pipeline action's cost in torch's
   pipelining runtime (``pp_action_s``) and in the 2BW engine (``twobw_action_s``): two actions per microbatch and
   stage (a rank of the interleaved schedule holds v stages, its chunks), of which ``pp_action_wait_s``
-  (``twobw_action_wait_s``) is spent inside communication, where a profiler files it
-  (:func:`distperf.cost.stage.action_inside`; it would move time between a predicted breakdown's classes, not the
-  step's: its rule failed on the build at 70f88ea, so the book prices it as a what-if only,
-  :data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
+  (``twobw_action_wait_s``) is spent inside communication, where a profiler files it, or, where the calibration
+  fitted one, the table ``action_waits`` of each schedule's part, fitted on the tiny preset's pipeline runs
+  (:mod:`distperf.analysis.pipeline_waits`; :func:`distperf.cost.stage.action_inside`; it would move time between a
+  predicted breakdown's classes, not the step's: its rule failed on the builds at 70f88ea and de85c17, so the book
+  prices it as a what-if only, :data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
@@ -142,6 +143,9 @@ class KernelCosts:
     # change), a measured breakdown files that part as communication
     pp_action_wait_s: float = 0.0
     twobw_action_wait_s: float = 0.0
+    # ((schedule, seconds), …): the part inside communication per action of each schedule, fitted on the tiny preset's
+    # pipeline runs (distperf.analysis.pipeline_waits); where a schedule has none, pp_ / twobw_action_wait_s
+    action_waits: tuple = ()
     # what torch.utils.checkpoint costs per recomputed layer (full) or attention core (selective) beyond the kernels
     # of the forward it repeats: plain, tensor-parallel, sequence-parallel (measure.kernels.wrapper_times)
     recompute_layer_s: float = 0.0
@@ -191,13 +195,14 @@ class KernelCosts:
                   overlap=float(data.get("contention", {}).get("overlap", 1.0)),
                   fsdp_overlap=float(data.get("contention", {}).get("fsdp", 1.0)),
                   probe=tuple(float(data["probe"][k]) for k in PROBE_PARTS) if data.get("probe") else (),
+                  action_waits=tuple(sorted((str(k), float(v)) for k, v in data.get("action_waits", {}).items())),
                   **{k: float(v) for k, v in data.get("wrappers", {}).items() if k in WRAPPERS})
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
                     out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
-                    *(getattr(out, k) for k in WRAPPERS), *out.probe]
+                    *(getattr(out, k) for k in WRAPPERS), *out.probe, *(v for _, v in out.action_waits)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0
                 for x in numbers):
@@ -209,9 +214,11 @@ class KernelCosts:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in WRAPPERS and not f.name.startswith("contention_")
-               and f.name not in ("overlap", "fsdp_overlap", "probe", "skew", "fsdp_units")}
+               and f.name not in ("overlap", "fsdp_overlap", "probe", "skew", "fsdp_units", "action_waits")}
         if self.probe:
             out["probe"] = dict(zip(PROBE_PARTS, self.probe))
+        if self.action_waits:
+            out["action_waits"] = dict(self.action_waits)
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}
         out["contention"] = {"memory": self.contention_memory, "compute": self.contention_compute,
                              "overlap": self.overlap, "fsdp": self.fsdp_overlap}

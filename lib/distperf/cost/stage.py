@@ -275,7 +275,9 @@ def wrapper_time(costs: kn.KernelCosts, lay: Layout, span: Span) -> float:
 
 def action_inside(costs: kn.KernelCosts | None, lay: Layout) -> float:
     """Seconds per microbatch of the pipeline engine's action cost (:func:`wrapper_time`) that the rank spends inside
-    communication: 2·v·min(wait, action) with the engine's ``pp_action_wait_s`` or ``twobw_action_wait_s``. The
+    communication: 2·v·min(wait, action) with the schedule's wait in the table ``action_waits`` (fitted on the tiny
+    preset's runs, :mod:`distperf.analysis.pipeline_waits`), else the engine's ``pp_action_wait_s`` or
+    ``twobw_action_wait_s``. The
     model prices the whole action as framework (the step's time does not depend on the split); a measured breakdown
     files this part as communication (the engine's sends, receives and waits on them). 0 without a pipeline. The
     book files the whole action as framework and this as a what-if (:data:`distperf.analysis.time_model.PIPELINE_SPLIT`:
@@ -285,6 +287,7 @@ def action_inside(costs: kn.KernelCosts | None, lay: Layout) -> float:
     twobw = lay.schedule in TWOBW_ENGINE
     action, wait = ((costs.twobw_action_s, costs.twobw_action_wait_s) if twobw
                     else (costs.pp_action_s, costs.pp_action_wait_s))
+    wait = dict(costs.action_waits).get(lay.schedule, wait)
     return 2 * lay.chunks * min(max(wait, 0.0), action)
 
 
