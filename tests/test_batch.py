@@ -87,3 +87,27 @@ def test_a_configuration_that_sets_measure_measures_every_repeat(tmp_path):
                        for extra in ({}, {"measure": True}))
     assert [prepare(plain, r, 60).options.measure for r in (0, 1, 2)] == [True, False, False]
     assert [prepare(measured, r, 60).options.measure for r in (0, 1, 2)] == [True, True, True]
+
+
+def test_a_run_that_would_calibrate_the_machine_runs_outside_a_launch(tmp_path, monkeypatch):
+    """``--hardware auto`` with no profile of this machine: run's quick calibration starts process groups of its own,
+    which a launch's ranks cannot (torch refuses a second default group), so the sweep runs that configuration in a
+    process of its own; with a profile, or with ``--hardware none``, it joins a launch."""
+    from distperf.measure import profiles
+    from distperf.runner.batch import Job
+
+    auto = _experiment(tmp_path, base={**TINY, "hardware": "auto"}, grid={"dp": [1]}).configurations[0]
+    monkeypatch.setattr(profiles, "auto_profiles", lambda threads: [tmp_path / "hardware.json"])
+    assert prepare(auto, 0, 60).calibrates_now
+    (tmp_path / "hardware.json").write_text("{}")  # a profile (its sidecar unknown: any thread count)
+    assert not prepare(auto, 0, 60).calibrates_now
+    none = _experiment(tmp_path, base=TINY, grid={"dp": [1]}).configurations[0]
+    (tmp_path / "hardware.json").unlink()
+    assert not prepare(none, 0, 60).calibrates_now
+
+    monkeypatch.setattr(Job, "calibrates_now", property(lambda job: job.cfg.params.get("steps") == 2))
+    exp = _experiment(tmp_path, base=TINY, grid={"steps": [1, 2]}, repeats=1)
+    out = tmp_path / "t.csv"
+    assert sweep(exp, out, timeout=150, progress=False)["ok"] == 2
+    table = pd.read_csv(out)
+    assert table["launch.id"].notna().tolist() == [True, False]  # the second ran on its own

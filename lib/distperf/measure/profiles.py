@@ -79,14 +79,22 @@ def choose_hardware(choice: str, threads: int | None, world_size: int, device: s
         return hw, side, source
     from ..hardware import load_profile
 
-    for path in auto_profiles(threads if device == "cpu" else None):
-        if path.is_file():
-            side = read_sidecar(path)
-            if device != "cpu" or threads_match(side, threads):
-                return load_profile(path), side, {"choice": "auto", "kind": "profile", "path": str(path),
-                                                  "threads": side.get("threads") if side else None,
-                                                  "quick": side.get("quick") if side else None}
+    path = auto_profile(threads, device)
+    if path is not None:
+        side = read_sidecar(path)
+        return load_profile(path), side, {"choice": "auto", "kind": "profile", "path": str(path),
+                                          "threads": side.get("threads") if side else None,
+                                          "quick": side.get("quick") if side else None}
     return quick_calibration(threads, world_size, device, spec, micro_batch)
+
+
+def auto_profile(threads: int | None, device: str) -> Path | None:
+    """The profile ``--hardware auto`` reads for ranks of ``threads`` threads on ``device`` (:func:`auto_profiles`,
+    the first calibrated at that thread count on a CPU), or None where it calibrates now (:func:`quick_calibration`)."""
+    for path in auto_profiles(threads if device == "cpu" else None):
+        if path.is_file() and (device != "cpu" or threads_match(read_sidecar(path), threads)):
+            return path
+    return None
 
 
 def quick_calibration(threads: int | None, world_size: int, device: str, spec, micro_batch: int):

@@ -60,6 +60,16 @@ class Job:
         return (self.repeat, self.config.layout.world_size, process_group, tuple(sorted(self.cfg.env.items())),
                 json.dumps(self.network_info, sort_keys=True), self.device, self.options.timeout_s)
 
+    @property
+    def calibrates_now(self) -> bool:
+        """Whether its prediction would calibrate the machine now (``--hardware auto`` and no profile of it): a quick
+        calibration starts process groups of its own, which cannot run inside a launch's ranks."""
+        from ..launch import threads_per_rank
+        from ..measure.profiles import auto_profile
+
+        threads = threads_per_rank(self.config.layout.world_size, {**os.environ, **self.cfg.env})
+        return self.hardware == "auto" and auto_profile(threads, self.device) is None
+
     def spec(self) -> dict:
         return {"config": self.config.to_dict(), "options": asdict(self.options), "policy": self.policy,
                 "hardware": self.hardware}

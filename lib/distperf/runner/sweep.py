@@ -243,10 +243,15 @@ def sweep(exp: Experiment, out: Path, timeout: float | None = None, force: bool 
                     yield item.run()
                     continue
                 try:
-                    jobs.append(prepare(cfg, repeat, timeout))
+                    job = prepare(cfg, repeat, timeout)
                 except ConfigError as e:  # what run would have said, in one line
                     yield make_row(exp, cfg, Outcome("failed", f"distperf run: error: {e}"[:500], 0.0, 2, None),
                                    prov, repeat)
+                    continue
+                if job.calibrates_now:  # run calibrates in its own process, outside the ranks' process group
+                    yield item.run()
+                    continue
+                jobs.append(job)
             for job, outcome in run_jobs(jobs, timeout):
                 yield make_row(exp, job.cfg, outcome, prov, job.repeat)
 
