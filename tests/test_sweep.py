@@ -286,7 +286,7 @@ def test_real_runs_with_injected_rank_faults_become_failed_rows(tmp_path):
         name: real-faults
         timeout: 120
         repeats: 1
-        base: {model: tiny, dp: 2, steps: 3, device: cpu}
+        base: {model: tiny, dp: 2, steps: 3, device: cpu, hardware: none}
         grid:
           env.DISTPERF_FAULT: ["raise:1:1", "exit:1:1", "kill:1:1"]
         """)

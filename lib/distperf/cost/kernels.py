@@ -33,9 +33,9 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   stage (a rank of the interleaved schedule holds v stages, its chunks), of which ``pp_action_wait_s``
   (``twobw_action_wait_s``) is spent inside communication, where a profiler files it, or, where the calibration
   fitted one, the table ``action_waits`` of each schedule's part, fitted on the tiny preset's pipeline runs
-  (:mod:`distperf.analysis.pipeline_waits`; :func:`distperf.cost.stage.action_inside`; it would move time between a
-  predicted breakdown's classes, not the step's: its rule failed on the builds at 70f88ea and de85c17, so the book
-  prices it as a what-if only, :data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
+  (:mod:`distperf.analysis.pipeline_waits`; :func:`distperf.cost.stage.action_inside`; it moves time between a
+  predicted breakdown's classes, not the step's: its rule failed on the builds at 70f88ea and de85c17 with the probe's
+  part and stood on 21e68cf with the fitted table, :data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
 
 **Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
 products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work

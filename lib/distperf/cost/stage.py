@@ -280,8 +280,8 @@ def action_inside(costs: kn.KernelCosts | None, lay: Layout) -> float:
     ``twobw_action_wait_s``. The
     model prices the whole action as framework (the step's time does not depend on the split); a measured breakdown
     files this part as communication (the engine's sends, receives and waits on them). 0 without a pipeline. The
-    book files the whole action as framework and this as a what-if (:data:`distperf.analysis.time_model.PIPELINE_SPLIT`:
-    its rule failed on the build at 70f88ea)."""
+    book files this part as communication (:data:`distperf.analysis.time_model.PIPELINE_SPLIT`: its rule failed on
+    the builds at 70f88ea and de85c17 with the probe's part, and stood on 21e68cf with the fitted table)."""
     if costs is None or lay.pp == 1:
         return 0.0
     twobw = lay.schedule in TWOBW_ENGINE

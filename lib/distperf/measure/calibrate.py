@@ -600,8 +600,9 @@ def pipeline_microbatch_time(schedule: str, world: int, reps: int) -> tuple[floa
     the model's 0.8 ms; rerun three times on the development machine the next hour, one profiled step per length, the
     two ranks read 4.7 and 5.7, 5.0 and 1.0, 2.1 and 0.4 ms per 1F1B microbatch (2BW: 5.0 and 2.0, −0.4 and 1.7, 0.8
     and 1.1 ms): a single step per length is noise. Declared before the build that judged it
-    (:func:`distperf.analysis.time_model.wait_rule`), at de85c17, where the split it measures did not stand: the
-    model still files the whole action as framework (:data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
+    (:func:`distperf.analysis.time_model.wait_rule`), at de85c17, where the split it measures did not stand; from
+    6 December 2026 the calibration fits each schedule's part on the tiny preset's runs instead
+    (:mod:`distperf.analysis.pipeline_waits`), which the cost model takes in place of this probe's where present.
 
     Why the mean: until 3 December 2026 the probe took the largest of the ranks' values, and the largest of noisy
     values reads high. The probe's stages are alike (its vocabulary of 16 makes the embedding and the head negligible),
