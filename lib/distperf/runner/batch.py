@@ -50,6 +50,7 @@ class Job:
     network: object  # a distperf.emulation.spec.NetworkSpec, or None
     network_info: dict
     device: str  # cpu or cuda
+    threads: int  # each rank's threads (launch.threads_per_rank)
 
     @property
     def group(self) -> tuple:
@@ -64,11 +65,9 @@ class Job:
     def calibrates_now(self) -> bool:
         """Whether its prediction would calibrate the machine now (``--hardware auto`` and no profile of it): a quick
         calibration starts process groups of its own, which cannot run inside a launch's ranks."""
-        from ..launch import threads_per_rank
         from ..measure.profiles import auto_profile
 
-        threads = threads_per_rank(self.config.layout.world_size, {**os.environ, **self.cfg.env})
-        return self.hardware == "auto" and auto_profile(threads, self.device) is None
+        return self.hardware == "auto" and auto_profile(self.threads, self.device) is None
 
     def spec(self) -> dict:
         return {"config": self.config.to_dict(), "options": asdict(self.options), "policy": self.policy,
@@ -109,7 +108,7 @@ def prepare(cfg: Configuration, repeat: int, timeout: float) -> Job:
     if network and device == "cuda":
         raise ConfigError("network", "shapes the links of CPU ranks (gloo); NCCL between GPUs of one machine "
                                      "would bypass them (shared memory, NVLink): use --device cpu")
-    return Job(cfg, repeat, config, policy, options, args.hardware, network, info, device)
+    return Job(cfg, repeat, config, policy, options, args.hardware, network, info, device, threads)
 
 
 def run_jobs(jobs: list[Job], timeout: float) -> Iterator[tuple[Job, Outcome]]:
