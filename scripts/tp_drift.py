@@ -1,0 +1,179 @@
+"""Do collective probes follow the tensor-parallel step's drift? An experiment on this machine, archived as reference
+data (too long for a build of the book).
+
+    python scripts/tp_drift.py                                  # 250 rounds, about 10 min on two cores
+    python scripts/tp_drift.py --rounds 2 --out /tmp/drift.csv  # to try it
+
+The tensor-parallel runs of the book miss by more than the other strategies, and the per-collective cost each of
+them implies moves from one repeat and one build to the next (``distperf.analysis.tp_implied``) while the speed
+probe each run takes (``distperf.measure.speed``: a matrix product, an element-wise kernel, module calls) reads the
+same speed. A probe that followed that drift could price each run at its own cost per collective, as the speed
+probe prices its kernels. This experiment asks whether one would: two ranks (gloo, launched by torchrun, one thread
+each) alternate, round after round,
+
+- three collective probes of 32 calls each, the slowest rank's time per call: an all-reduce of 128 KiB
+  (``ar_128k_s``, the `small` preset's message at micro-batch 2), one of 8 bytes (``ar_8b_s``), and DTensor's
+  redistribution of a 128 KiB ``Partial`` tensor to ``Replicate`` (``dtensor_128k_s``);
+- the speed probe (``gemm_s``, ``elementwise_s``, ``python_s``: the slowest rank's);
+- 8 steps each of the tensor-parallel trainer of `small` at micro-batch 2 without and with sequence parallelism
+  (``tp_step_s``, ``tp_sp_step_s``: the median of the last 6, the slowest rank's).
+
+Writes ``data/reference/<machine>/tp_drift.csv`` (one row per round, with provenance) and its entry in that
+directory's manifest; the chapter "Where the time goes" reads it (``distperf.analysis.tp_implied.drift``). An
+existing table is kept (``--force`` measures again). Exit status 0 on success, 1 when the run failed or timed out,
+2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+NAME = "tp_drift"
+CALLS = 32  # per collective probe
+STEPS, WARMUP = 8, 2  # per trainer and round
+SECONDS_PER_ROUND = 10  # the timeout's allowance per round (a round took about 2.3 s on two cores)
+START_S = 120  # the timeout's allowance for starting the ranks and building the trainers
+
+
+def _rounds(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def worker(rounds: int, rows_path: str) -> None:
+    """One rank's part (under torchrun): the rounds of the module's docstring; rank 0 writes a JSON row per round."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Partial, Replicate, init_device_mesh
+
+    from distperf import presets
+    from distperf.config import Config, Layout, RunOptions, validate
+    from distperf.measure.speed import PARTS, probe_alone
+    from distperf.parallel.loop import build_trainer, step_barrier
+    from distperf.parallel.mesh import init_distributed
+    from distperf.tokens import make_source
+
+    torch.set_num_threads(1)
+    device = init_distributed("cpu", timeout_s=START_S)
+    opts = RunOptions(steps=STEPS, warmup=WARMUP)
+    trainers = {}
+    for name, sp in (("tp_step_s", False), ("tp_sp_step_s", True)):
+        cfg = validate(Config(model=presets.model("small"), layout=Layout(tp=2, micro_batch=2, sequence_parallel=sp)))
+        torch.manual_seed(0)
+        trainers[name] = (cfg, build_trainer(cfg, opts, device))
+    spec = presets.model("small")
+    source = make_source(opts.data, spec.vocab, spec.seq, 0)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    message, word = torch.ones(2 * spec.seq * spec.hidden), torch.ones(2)  # 128 KiB and 8 bytes of fp32
+
+    def slowest(seconds: float) -> float:
+        value = torch.tensor([seconds], dtype=torch.float64)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return float(value)
+
+    def per_call(fn) -> float:
+        step_barrier()
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        return slowest((time.perf_counter() - start) / CALLS)
+
+    def redistribute():
+        DTensor.from_local(message, mesh, [Partial()], run_check=False).redistribute(mesh, [Replicate()]).to_local()
+
+    with open(rows_path, "w") if dist.get_rank() == 0 else open(os.devnull, "w") as out:
+        for i in range(rounds):
+            row = {"round": i, "time_s": time.time(), "ar_128k_s": per_call(lambda: dist.all_reduce(message)),
+                   "ar_8b_s": per_call(lambda: dist.all_reduce(word)), "dtensor_128k_s": per_call(redistribute)}
+            speed = probe_alone(True)
+            row.update({k: speed[k] for k in PARTS})
+            for name, (cfg, trainer) in trainers.items():
+                times = []
+                for step in range(STEPS):
+                    x, y = source.batch(step, cfg.layout.global_batch)
+                    step_barrier()
+                    start = time.perf_counter()
+                    trainer.step(x, y)
+                    times.append(time.perf_counter() - start)
+                row[name] = slowest(statistics.median(times[WARMUP:]))
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+    dist.destroy_process_group()
+
+
+def measure(rounds: int) -> list[dict]:
+    """The rounds, on two ranks launched by torchrun; raises RuntimeError when the launch fails or times out."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rows_path = os.path.join(tmp, "rows.jsonl")
+        env = {**os.environ, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "lib"), os.environ.get("PYTHONPATH")]))}
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                   str(Path(__file__).resolve()), "--worker", "--rounds", str(rounds), "--rows", rows_path]
+        timeout = START_S + SECONDS_PER_ROUND * rounds
+        try:
+            done = subprocess.run(command, env=env, timeout=timeout, capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the ranks did not finish within {timeout} s") from None
+        if done.returncode != 0:
+            raise RuntimeError(f"the ranks failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+        with open(rows_path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+def record(rows: list[dict], out: Path) -> None:
+    """Write the table (atomically, with provenance) and, where ``out`` lies in an archived reference directory, its
+    entry in that directory's manifest."""
+    import pandas as pd
+
+    from distperf import atomic, reference, results
+
+    table = pd.DataFrame(rows).assign(**results.provenance("cpu"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results.write_csv_atomic(table, out)
+    manifest = reference.read_manifest(out.parent)
+    if manifest is not None:
+        manifest["tables"][out.name] = reference.table_entry(reference.read_table_bytes(out))
+        atomic.write_text(out.parent / reference.MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=_rounds, default=250, help="rounds to measure (default 250, about 10 min)")
+    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{NAME}.csv)")
+    p.add_argument("--force", action="store_true", help="measure again where the table exists")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--rows", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args.rounds, args.rows)
+        return 0
+    from distperf import results
+
+    out = args.out or results.DATA / "reference" / results.machine_slug("cpu") / f"{NAME}.csv"
+    if out.exists() and not args.force:
+        print(f"{NAME}: {out} exists (--force measures again)")
+        return 0
+    try:
+        rows = measure(args.rounds)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    record(rows, out)
+    print(f"{NAME}: {len(rows)} rounds -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
