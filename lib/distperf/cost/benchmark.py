@@ -4,13 +4,15 @@ planner is: ``python -m distperf.cost.benchmark --planner`` (2240-layer GPT on 1
 Builds a grid of valid configurations (models from the presets × dp × tp × pp × schedule × microbatches
 × ZeRO stage × recomputation × precision), then times :func:`distperf.cost.predict` over the first N of
 them in grid order (as a sweep visits them) or shuffled, validation included, each pass from cold caches, and prints
-configurations per second of CPU time (what the code costs): the median of ``--repeats`` passes (5) and their range,
+configurations per second of CPU time (what the code costs; the grid, built first, is frozen out of the garbage
+collector's scans): the median of ``--repeats`` passes (5) and their range,
 since one pass on a shared machine is an anecdote; ``--hardware FILE`` times it on a calibrated profile, whose
 measured kernels switch on the kernel time model. A benchmark, not a test: nothing asserts on the number.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import random
 import statistics
@@ -66,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     configs = grid(args.count)
     if args.shuffle:
         random.Random(0).shuffle(configs)
+    # the grid is the benchmark's input, 10^5 configurations of four objects each held at once: out of the garbage
+    # collector's full scans, which would otherwise walk them while predict runs (a sweep that builds each
+    # configuration as it goes holds no such heap)
+    gc.collect()
+    gc.freeze()
     from ..hardware import hardware
 
     rates = rates_per_cpu_second(configs, hardware(args.hardware), args.repeats)
