@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     print("The tensor-parallel path constants' rounds: " + tm.path_sensitivity(tables, hw, spread) + ".")
     print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")
     print("DTensor's cost per byte: " + tm.tp_bytes_rule_sentence(tables, hw, side) + ".")
+    print("The profiled mode at the run's speed: " + tm.profiled_speed_rule_sentence(tables, hw) + ".")
     for kind in tm.WAIT_SPLITS:
         print(f"Inside and outside communication, {kind}: " + tm.wait_rule_sentence(tables, hw, kind) + ".")
     with pd.option_context("display.width", 200):
