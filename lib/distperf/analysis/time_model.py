@@ -1012,11 +1012,11 @@ def skew_rule_sentence(tables: dict, hw, side: dict | None) -> str:
 
 
 def profiled_speed_rule(tables: dict, hw) -> dict | None:
-    """The rule declared on 6 December 2026, before the build that judges it: the profiled mode prices the terms its
-    parts leave out at each run's speed (:data:`PROFILED_AT_SPEED`) if, over the held-out runs, its median |error| is
-    lower that way than at the calibration's speed and its largest no higher. Returns ``{"runs", "stands",
-    "speed", "calibration"}`` (per variant, the median and largest |error|), or None where no held-out run has its
-    parts or its speed probe."""
+    """The rule declared on 6 December 2026, before the build that judged it (cafd489, where it did not stand): the
+    profiled mode prices the terms its parts leave out at each run's speed (:data:`PROFILED_AT_SPEED`) if, over the
+    held-out runs, its median |error| is lower that way than at the calibration's speed and its largest no higher.
+    Returns ``{"runs", "stands", "speed", "calibration"}`` (per variant, the median and largest |error|), or None
+    where no held-out run has profiled parts (a run without a speed probe is priced the same both ways)."""
     frame = _frame(tables)
     if hw is None or hw.kernels is None or not len(frame):
         return None
