@@ -60,7 +60,7 @@ def worker(rounds: int, rows_path: str) -> None:
 
     from distperf import presets
     from distperf.config import Config, Layout, RunOptions, validate
-    from distperf.measure.speed import PARTS, probe_alone
+    from distperf.measure.speed import PARTS, probe_alone, slowest
     from distperf.parallel.loop import build_trainer, step_barrier
     from distperf.parallel.mesh import init_distributed
     from distperf.tokens import make_source
@@ -77,11 +77,6 @@ def worker(rounds: int, rows_path: str) -> None:
     source = make_source(opts.data, spec.vocab, spec.seq, 0)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     message, word = torch.ones(2 * spec.seq * spec.hidden), torch.ones(2)  # 128 KiB and 8 bytes of fp32
-
-    def slowest(seconds: float) -> float:
-        value = torch.tensor([seconds], dtype=torch.float64)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return float(value)
 
     def per_call(fn) -> float:
         step_barrier()

@@ -1027,11 +1027,10 @@ def profiled_speed_rule(tables: dict, hw) -> dict | None:
                               index=frame.index, dtype=float)
         errs = signed_error(predicted, frame["iteration_time_s.median"]).abs().dropna()
         scores[variant] = (errs.median(), errs.max()) if len(errs) else (np.nan, np.nan)
-    runs = int(frame.index.size)
-    if not runs or any(np.isnan(v[0]) for v in scores.values()):
+    if any(np.isnan(v[0]) for v in scores.values()):
         return None
     stands = scores["speed"][0] < scores["calibration"][0] and scores["speed"][1] <= scores["calibration"][1]
-    return {"runs": runs, "stands": bool(stands), **scores}
+    return {"runs": len(frame), "stands": bool(stands), **scores}
 
 
 def profiled_speed_rule_sentence(tables: dict, hw) -> str:

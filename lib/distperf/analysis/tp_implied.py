@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ..cost.kernels import STEP_FIT_MODEL
+from ..cost.kernels import PROBE_PARTS, STEP_FIT_MODEL
 from ..measure.profiles import sidecar_conditions
 from . import rows
 from .goal_floor import TIME, held_out_repeats
@@ -66,7 +66,7 @@ def implied(tables: dict, hw, side: dict | None = None) -> pd.DataFrame:
     if hw is None or hw.kernels is None:
         return pd.DataFrame(columns=COLUMNS)
     paths = sidecar_conditions(side).get("paths") or {}
-    probe = dict(zip(("gemm_s", "elementwise_s", "python_s"), hw.kernels.probe)) if hw.kernels.probe else None
+    probe = dict(zip(PROBE_PARTS, hw.kernels.probe)) if hw.kernels.probe else None
     found, tiny = {}, {}
     for _, row in held_out_repeats(tables):
         cfg = rows.config_of_row(row)
