@@ -132,15 +132,12 @@ def record(rows: list[dict], out: Path) -> None:
     entry in that directory's manifest."""
     import pandas as pd
 
-    from distperf import atomic, reference, results
+    from distperf import reference, results
 
     table = pd.DataFrame(rows).assign(**results.provenance("cpu"))
     out.parent.mkdir(parents=True, exist_ok=True)
     results.write_csv_atomic(table, out)
-    manifest = reference.read_manifest(out.parent)
-    if manifest is not None:
-        manifest["tables"][out.name] = reference.table_entry(reference.read_table_bytes(out))
-        atomic.write_text(out.parent / reference.MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    reference.record_table(out)
 
 
 def main(argv: list[str] | None = None) -> int:

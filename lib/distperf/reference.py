@@ -180,6 +180,16 @@ def read_manifest(directory: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def record_table(path: Path) -> None:
+    """Where the table ``path`` lies in an archived reference directory (one with a manifest), set its entry there
+    (a table an experiment script archives beside a build's: ``scripts/tp_drift.py``, ``scripts/breakdown_steps.py``)."""
+    path = Path(path)
+    manifest = read_manifest(path.parent)
+    if manifest is not None:
+        manifest["tables"][path.name] = table_entry(read_table_bytes(path))
+        atomic.write_text(path.parent / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
 def check(directory: Path) -> list[str]:
     """What differs between ``directory`` and its manifest: a table or profile missing, unlisted, or whose
     content hash or row count changed. Empty when they agree (or when there is no manifest)."""

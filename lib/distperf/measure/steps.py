@@ -4,9 +4,14 @@ loaded rank.
 Both trackers slow a step down (a dispatch mode sees every operator, the profiler records them), so they run on
 optimizer steps of their own, after the timed steps: one memory warm-up step (it recognises DDP's bucket-view
 gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory`), one communication step
-(:class:`~distperf.measure.comm.CommTracker`) and, on CPU, one step whose time is broken down by class
-(:class:`~distperf.measure.breakdown.StepBreakdown`: the profiler alone, no dispatch mode), each one
-``trainer.step`` followed by ``trainer.finish()``. A run that measures neither (a sweep's repeats after the first)
+(:class:`~distperf.measure.comm.CommTracker`) and, on CPU, :data:`BREAKDOWN_STEPS` steps whose time is broken down
+by class (:class:`~distperf.measure.breakdown.StepBreakdown`: the profiler alone, no dispatch mode; each step profiled
+alone from a barrier of the ranks, the classes' mean over them kept, and each step's communication and window
+beside it), each one ``trainer.step`` followed by ``trainer.finish()``. Five breakdown steps, not one, from
+6 December 2026: one step's communication share is as noisy within a run as between runs (that day, eight runs of
+five steps each of the `small` model on two pipeline stages, GPipe and 1F1B at m = 8: its relative standard deviation
+from step to step within a run 15 to 27 %, a first step's from run to run 14 to 32 %, the five steps' mean's 8 to
+18 %), and the goal of the chapter "Where the time goes" for exposed communication is judged on ten runs' medians. A run that measures neither (a sweep's repeats after the first)
 still takes the time-breakdown step (:func:`measure_breakdown`): bytes are the same in every run, times are not.
 PipeDream-2BW keeps microbatches in flight from one step to the next (``trainer.flushes`` is False); ``finish()``
 drains it, so that everything a measured step holds or sends is created and completed inside the measured region.
@@ -37,13 +42,15 @@ MEMORY_KEYS = ("parameters", "gradients", "optimizer_states", "activations", "te
 STATE_KEYS = ("parameters", "gradients", "optimizer_states")
 COMM_SECTIONS = ("bytes", "sent_bytes", "wire_bytes", "time_s", "exposed_s", "calls")
 ALLOCATOR_KEYS = ("rss_start", "rss_peak", "rss_peak_increase", "rss_reset", "cuda_max_allocated", "cuda_max_reserved")
-MEMORY_WARMUP, MEMORY_STEPS, COMM_STEPS, BREAKDOWN_STEPS = 1, 1, 1, 1
+MEMORY_WARMUP, MEMORY_STEPS, COMM_STEPS, BREAKDOWN_STEPS = 1, 1, 1, 5
+STEP_KEYS = ("communication", "window")  # what the breakdown keeps of each of its steps
 
 
 def measured_steps(flushes: bool = True) -> dict:
     """What the measurement steps were (for the result JSON)."""
     return {"after_timed_steps": True, "memory_warmup": MEMORY_WARMUP, "memory": MEMORY_STEPS,
             "communication": COMM_STEPS, "breakdown": BREAKDOWN_STEPS, "each": "one optimizer step, then finish()",
+            "breakdown_each": "profiled alone from a barrier; the classes' mean over the steps",
             "drained": not flushes,  # PipeDream-2BW: fill and drain inside each measured step
             "breakdown_waits": True}  # the breakdown step sees Work.wait and starts at a barrier after its profiler
 
@@ -88,14 +95,25 @@ def _drained_steps(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torc
 
 
 def _breakdown_step(trainer, drained_step) -> dict | None:
-    """On CPU, where the time goes (:mod:`distperf.measure.breakdown`) on :data:`BREAKDOWN_STEPS` steps of their own;
-    None elsewhere."""
+    """On CPU, where the time goes (:mod:`distperf.measure.breakdown`) on :data:`BREAKDOWN_STEPS` steps of their own,
+    each profiled alone from a barrier of the ranks: each class's and the window's mean over the steps, and
+    ``per_step``, each step's communication and window; None elsewhere."""
     if trainer.device.type != "cpu":
         return None
-    with StepBreakdown() as tracked:  # starts at a barrier of the ranks
-        for _ in range(BREAKDOWN_STEPS):
+    steps = []
+    for _ in range(BREAKDOWN_STEPS):
+        with StepBreakdown() as tracked:  # starts at a barrier of the ranks
             drained_step()
-    return tracked.summary(BREAKDOWN_STEPS)
+        steps.append(tracked.summary(1))
+    return mean_breakdown(steps)
+
+
+def mean_breakdown(steps: list[dict]) -> dict:
+    """Each class's and the window's mean over the breakdowns ``steps`` of one rank (one step each, in order), with
+    ``per_step``: each one's ``communication`` and ``window`` (a list each, in order)."""
+    keys = CLASSES + ("window",)
+    mean = {k: sum(step[k] for step in steps) / len(steps) for k in keys}
+    return {**mean, "per_step": {k: [step[k] for step in steps] for k in STEP_KEYS}}
 
 
 def _pipeline_rank(trainer) -> int:
@@ -137,15 +155,18 @@ def combine(ranks: list[dict]) -> tuple[dict, dict]:
 
 
 def combine_breakdowns(ranks: list[dict]) -> dict | None:
-    """The step's time by class (:mod:`distperf.measure.breakdown`) on the rank whose step took longest (its
-    ``rank``), with every rank's beside it (``per_rank``: a list per class); None where it was not measured."""
+    """The step's time by class (:mod:`distperf.measure.breakdown`, the mean over the breakdown steps) on the rank
+    whose step took longest (its ``rank``), with every rank's beside it (``per_rank``: a list per class) and every
+    rank's steps one by one (``per_step``: communication and window, a list per rank of a value per step); None where
+    it was not measured."""
     found = [r.get("breakdown") for r in ranks]
     if any(b is None for b in found):
         return None
     slowest = max(range(len(found)), key=lambda i: found[i]["window"])
     keys = CLASSES + ("window",)
     return {**{k: found[slowest][k] for k in keys}, "rank": slowest,
-            "per_rank": {k: [b[k] for b in found] for k in keys}}
+            "per_rank": {k: [b[k] for b in found] for k in keys},
+            "per_step": {k: [b["per_step"][k] for b in found] for k in STEP_KEYS}}
 
 
 def _every_rank(mine: dict, distributed: bool) -> list[dict]:

@@ -19,7 +19,8 @@ fresh launch.
 Repeat rounds run one after another, each in launches of its own, so that the repeats of a configuration are
 independent processes, started minutes apart. Only repeat 0 measures memory and communication (``--measure``):
 both are byte counts, the same in every run (``tests/test_batch.py`` checks that two runs agree). Every repeat still
-breaks one step's time down by class on CPU (``--breakdown``): a time, which varies between runs.
+breaks its steps' time down by class on CPU (``--breakdown``: :mod:`distperf.measure.steps`): a time, which varies
+between runs.
 """
 from __future__ import annotations
 

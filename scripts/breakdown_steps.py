@@ -1,0 +1,74 @@
+"""How noisy is one breakdown step's communication? An experiment on this machine, archived as reference data.
+
+    python scripts/breakdown_steps.py                                   # 8 runs of 2 pipelines
+    python scripts/breakdown_steps.py --repeats 2 --out /tmp/steps.csv  # to try it
+
+The exposed communication of a run is read from its breakdown steps (``distperf.measure.steps``: each profiled alone
+from a barrier of the ranks, every step's communication and window kept in ``time_breakdown_s.per_step``), and the
+goal of the chapter "Where the time goes" judges the median over ten runs of each configuration. This experiment asks
+how much of one step's noise is the step's own and how much the run's: the `small` model on two pipeline stages
+(micro-batch 2, m = 8, GPipe and 1F1B: the pipelines whose exposed communication the goal judges most often), each
+run in fresh processes through ``distperf run`` (no memory or communication step, no prediction), ``--repeats`` runs
+of each (default 8). It prints, per schedule and pipeline rank (:func:`distperf.analysis.breakdown_noise.noise`), the
+communication share's relative standard deviation from step to step within a run, that of a run's first step from run
+to run, and that of the mean over a run's steps from run to run.
+
+Writes ``data/reference/<machine>/breakdown_steps.csv`` (a row per run, with provenance, as ``distperf sweep`` writes
+them; an existing table is resumed, ``--force`` measures again) and its entry in that directory's manifest; the
+chapter reads it. Exit status 0 on success, 1 when a run failed, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+NAME = "breakdown_steps"
+EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
+    "name": NAME,
+    "command": "run",
+    "timeout": 300,
+    "env": {"OMP_NUM_THREADS": 1},  # one thread per rank, as the book's runs
+    "base": {"model": "small", "pp": 2, "micro-batch": 2, "microbatches": 8, "steps": 7, "warmup": 2,
+             "device": "cpu", "hardware": "none", "measure": False},
+    "grid": {"schedule": ["gpipe", "1f1b"]},
+}
+
+
+def _repeats(text: str) -> int:
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 2, got {text!r}")
+    return int(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=_repeats, default=8, help="runs of each configuration (default 8)")
+    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{NAME}.csv)")
+    p.add_argument("--force", action="store_true", help="measure every run again where the table exists")
+    args = p.parse_args(argv)
+
+    import pandas as pd
+
+    from distperf import reference, results
+    from distperf.analysis import breakdown_noise
+    from distperf.runner.grid import Experiment
+    from distperf.runner.sweep import sweep
+
+    out = args.out or results.DATA / "reference" / results.machine_slug("cpu") / f"{NAME}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    exp = Experiment.from_dict(EXPERIMENT, workdir=out.parent)
+    counts = sweep(exp, out, force=args.force, device="cpu", progress=False, repeats=args.repeats)
+    reference.record_table(out)
+    table = pd.read_csv(out, low_memory=False)
+    print(f"{NAME}: {counts} -> {out}")
+    print(breakdown_noise.noise(breakdown_noise.step_shares(table)).to_string(index=False,
+                                                                             float_format="{:.1%}".format))
+    return 1 if any(n for status, n in counts.items() if status not in ("ok", "done")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
