@@ -9,7 +9,9 @@ the same calibration; the runs that recompute with and without the checkpoint's 
 the waits for the slowest rank's rules; how far the rounds of the tensor-parallel path constants and of the pipeline
 action constants move those runs' profiled errors; whether DTensor's cost per byte of a collective's message stands
 (:func:`distperf.analysis.time_model.tp_bytes_rule`) and whether its split into a part inside the collectives and one
-outside stands, and the pipeline engines' (:func:`~distperf.analysis.time_model.wait_rule`); the median and largest |signed error| of the
+outside stands, and the pipeline engines' (:func:`~distperf.analysis.time_model.wait_rule`); whether the exposed
+communication reads each run's five breakdown steps or its first
+(:func:`~distperf.analysis.time_model.breakdown_steps_rule`); the median and largest |signed error| of the
 analytical and profiled modes over the held-out configurations and of the exposed communication per kind, against the
 goals
 (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")
     print("DTensor's cost per byte: " + tm.tp_bytes_rule_sentence(tables, hw, side) + ".")
     print("The profiled mode at the run's speed: " + tm.profiled_speed_rule_sentence(tables, hw) + ".")
+    print("One breakdown step or five: " + tm.breakdown_steps_rule_sentence(tables, hw) + ".")
     for kind in tm.WAIT_SPLITS:
         print(f"Inside and outside communication, {kind}: " + tm.wait_rule_sentence(tables, hw, kind) + ".")
     with pd.option_context("display.width", 200):

@@ -677,3 +677,50 @@ def test_layer_contention_compares_the_parts_measured_at_once_with_the_kernel_mo
     close = tm.layer_contention_sentence(found.assign(measured=found.profile))
     assert "prices the layer within 10%" in close
     assert tm.layer_contention_sentence(found.iloc[:0]) == "no held-out run timed its parts"
+
+
+def _stepped_repeats(means, firsts):
+    """Repeats of a `small` 1F1B pipeline whose ending rank communicates the share ``means[i]`` of repeat i's steps
+    on the whole and ``firsts[i]`` of its first step (every rank alike, windows of 1 s)."""
+    base = row("small", 1.0, pp=2, schedule="1f1b", microbatches=4)
+    out = []
+    for i, (mean, first) in enumerate(zip(means, firsts)):
+        rest = (5 * mean - first) / 4  # the other four steps, so that the five's share is ``mean``
+        steps = [first] + [rest] * 4
+        out.append({**base, "repeat": i, "measured_steps.breakdown_waits": True,
+                    "time_breakdown_s.window": 1.0, "time_breakdown_s.communication": mean,
+                    "time_breakdown_s.per_rank.communication": json.dumps([mean, mean]),
+                    "time_breakdown_s.per_rank.window": "[1.0, 1.0]",
+                    "time_breakdown_s.per_step.communication": json.dumps([steps, steps]),
+                    "time_breakdown_s.per_step.window": json.dumps([[1.0] * 5, [1.0] * 5]),
+                    "memory_bytes.per_rank.pipeline_rank": "[0, 1]" if i == 0 else None})
+    return {"pipeline_schedules": pd.DataFrame(out)}, base["iteration_time_s.median"]
+
+
+def test_the_exposed_communication_is_read_over_all_breakdown_steps_or_on_the_first_alone():
+    tables_, iteration = _stepped_repeats([0.30, 0.31, 0.32], [0.2, 0.3, 0.5])
+    every = tm.exposed_errors(tables_, HW)
+    assert every.measured_s.iloc[0] == pytest.approx(0.31 * iteration)
+    first = tm.exposed_errors(tables_, HW, all_steps=False)
+    assert first.measured_s.iloc[0] == pytest.approx(0.3 * iteration) == pytest.approx(first.ending_s.iloc[0])
+    assert first.error.iloc[0] == pytest.approx(first.predicted_s.iloc[0] / (0.3 * iteration) - 1)
+    found = tm.exposed_repeats(tables_, every, first_step=True)
+    assert found.measured_s.to_numpy() == pytest.approx([0.2 * iteration, 0.3 * iteration, 0.5 * iteration])
+    older = {name: t.drop(columns=[c for c in t if ".per_step." in c]) for name, t in tables_.items()}
+    assert tm.exposed_errors(older, HW, all_steps=False).measured_s.iloc[0] == pytest.approx(0.31 * iteration)
+
+
+@pytest.mark.parametrize("steady", ["all", "first"])
+def test_the_breakdown_steps_rule_keeps_the_instrument_whose_repeats_spread_less(steady):
+    calm, loud = [0.30, 0.31, 0.32, 0.31], [0.2, 0.4, 0.3, 0.5]
+    tables_, _ = _stepped_repeats(calm, loud) if steady == "all" else _stepped_repeats(loud, calm)
+    rule = tm.breakdown_steps_rule(tables_, HW)
+    spread = {v: np.std(x, ddof=1) / np.mean(x) for v, x in (("all", calm), ("first", loud))} if steady == "all" \
+        else {v: np.std(x, ddof=1) / np.mean(x) for v, x in (("all", loud), ("first", calm))}
+    assert rule["configurations"] == 1 and rule["stands"] == (steady == "all")
+    assert rule["all"]["rsd"] == pytest.approx(spread["all"]) and rule["first"]["rsd"] == pytest.approx(spread["first"])
+    sentence = tm.breakdown_steps_rule_sentence(tables_, HW)
+    assert ("all the steps stand" if steady == "all" else "all the steps do not stand") in sentence
+    older = {name: t.drop(columns=[c for c in t if ".per_step." in c]) for name, t in tables_.items()}
+    assert tm.breakdown_steps_rule(older, HW) is None
+    assert tm.breakdown_steps_rule_sentence(older, HW).startswith("no run kept its breakdown steps")

@@ -22,6 +22,7 @@ from distperf.config import Config, Layout, Training, validate
 from distperf.cost import predict
 from distperf.measure import speed
 from distperf.measure.breakdown import CLASSES
+from distperf.measure.steps import BREAKDOWN_STEPS, STEP_KEYS
 
 STATES = ("parameters", "gradients", "optimizer_states")
 KINDS = ("data_parallel", "tensor_parallel", "pipeline_parallel")
@@ -141,7 +142,10 @@ def test_run_json_has_measurements_prediction_and_errors_from_its_own_numbers(qu
         assert set(KINDS) | {"total"} <= set(r["communication"][section])
     assert r["communication"]["bytes"]["data_parallel"] > 0 and r["communication"]["bytes"]["tensor_parallel"] == 0
     split = r["time_breakdown_s"]  # where the slowest rank's breakdown step went, every class, both ranks
-    assert r["measured_steps"]["breakdown"] == 1 and split["rank"] in (0, 1)
+    assert r["measured_steps"]["breakdown"] == BREAKDOWN_STEPS and split["rank"] in (0, 1)
+    for key in STEP_KEYS:  # every rank's steps one by one, whose mean the classes are
+        assert [len(steps) for steps in split["per_step"][key]] == [BREAKDOWN_STEPS] * 2
+    assert sum(split["per_step"]["window"][split["rank"]]) / BREAKDOWN_STEPS == pytest.approx(split["window"])
     assert sum(split[c] for c in CLASSES) == pytest.approx(split["window"]) and split["matrix_products"] > 0
     assert split["communication"] > 0 and all(len(split["per_rank"][c]) == 2 for c in CLASSES)
 

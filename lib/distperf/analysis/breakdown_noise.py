@@ -25,11 +25,12 @@ STEPS = "time_breakdown_s.per_step."
 COLUMNS = ["configuration", "repeat", "rank", "step", "communication_s", "window_s", "share"]
 
 
-def step_shares(table: pd.DataFrame) -> pd.DataFrame:
-    """A row per step of every rank of every ``ok`` run in ``table`` that kept its steps: ``configuration`` (the
-    schedule, then m), ``repeat``, ``rank``, ``step``, ``communication_s``, ``window_s`` and ``share``."""
+def step_shares(table: pd.DataFrame | None) -> pd.DataFrame:
+    """A row per step of every rank of every ``ok`` run in ``table`` (None: none) that kept its steps:
+    ``configuration`` (the schedule, then m), ``repeat``, ``rank``, ``step``, ``communication_s``, ``window_s`` and
+    ``share``."""
     out = []
-    if not len(table) or STEPS + "window" not in table:
+    if table is None or not len(table) or STEPS + "window" not in table:
         return pd.DataFrame(columns=COLUMNS)
     runs = table[(table["status"] == "ok") & table[STEPS + "window"].notna()]
     for _, run in runs.iterrows():
@@ -71,8 +72,8 @@ def noise_sentence(table: pd.DataFrame) -> str:
         return "no run kept its breakdown steps"
     span = lambda c: f"{table[c].min():.0%} to {table[c].max():.0%}"  # noqa: E731
     steps, runs = int(table.steps.min()), int(table.runs.min())
-    fewer = "lower" if (table.all_steps < table.first_step).all() else \
-        "not lower in every case" if (table.all_steps < table.first_step).any() else "no lower"
+    lower = table.all_steps < table.first_step * (1 - 1e-9)  # equal up to rounding is not lower
+    fewer = "lower" if lower.all() else "not lower in every case" if lower.any() else "no lower"
     return (f"over {len(table)} ranks of {table.configuration.nunique()} configurations, {runs} runs of {steps} "
             f"breakdown steps each, a step's communication share moved by a relative standard deviation of "
             f"{span('within')} from step to step within a run; a run's first step's, from run to run, by "

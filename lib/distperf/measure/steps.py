@@ -8,11 +8,12 @@ gradients), one memory step (:func:`~distperf.measure.memory.measure_step_memory
 by class (:class:`~distperf.measure.breakdown.StepBreakdown`: the profiler alone, no dispatch mode; each step profiled
 alone from a barrier of the ranks, the classes' mean over them kept, and each step's communication and window
 beside it), each one ``trainer.step`` followed by ``trainer.finish()``. Five breakdown steps, not one, from
-6 December 2026: one step's communication share is as noisy within a run as between runs (that day, eight runs of
-five steps each of the `small` model on two pipeline stages, GPipe and 1F1B at m = 8: its relative standard deviation
-from step to step within a run 15 to 27 %, a first step's from run to run 14 to 32 %, the five steps' mean's 8 to
-18 %), and the goal of the chapter "Where the time goes" for exposed communication is judged on ten runs' medians. A run that measures neither (a sweep's repeats after the first)
-still takes the time-breakdown step (:func:`measure_breakdown`): bytes are the same in every run, times are not.
+6 December 2026: one step's communication share is noisier within a run than between runs (that day,
+``scripts/breakdown_steps.py``: eight runs of five steps each of the `small` model on two pipeline stages, GPipe and
+1F1B at m = 8; the share's relative standard deviation from step to step within a run was 21 to 35 % by rank, a first
+step's from run to run 11 to 28 %, the five steps' share's 7 to 20 %), and the chapter "Where the time goes" judges
+the exposed communication on ten runs' medians. A run that measures neither (a sweep's repeats after the first)
+still takes the time-breakdown steps (:func:`measure_breakdown`): bytes are the same in every run, times are not.
 PipeDream-2BW keeps microbatches in flight from one step to the next (``trainer.flushes`` is False); ``finish()``
 drains it, so that everything a measured step holds or sends is created and completed inside the measured region.
 Its memory step holds as many microbatches in flight as its steady state does, and sends the bytes of one batch; but
