@@ -90,6 +90,27 @@ def test_a_real_step_of_the_tiny_model():
     assert out["communication"] == 0
 
 
+def _nest(events) -> list[tuple]:
+    """Each event's name, thread, times and its parent's name, sorted: what breakdown reads of an event list."""
+    return sorted((e.name, e.thread, e.time_range.start, e.time_range.end,
+                   e.cpu_parent.name if e.cpu_parent is not None else None) for e in events)
+
+
+def test_the_profilers_events_are_read_as_torchs_own_list_gives_them():
+    torch.manual_seed(0)
+    spec = presets.model("tiny")
+    trainer = SingleDeviceTrainer(validate(Config(model=spec, layout=Layout(micro_batch=2))), RunOptions(seed=0),
+                                  torch.device("cpu"))
+    tokens = torch.randint(0, spec.vocab, (2, spec.seq + 1))
+    with bd.StepBreakdown() as tracked:
+        trainer.step(tokens[:, :-1], tokens[:, 1:])
+    ours, theirs = bd.profiler_events(tracked._profiler), list(tracked._profiler.events())
+    assert len(ours) > 100 and _nest(ours) == _nest(theirs)
+    assert any(e.cpu_parent is not None and e.cpu_parent.cpu_parent is not None for e in ours)  # nested deep
+    marker = next(e for e in ours if e.name == bd._MARKER)
+    assert bd.breakdown(ours, marker.thread) == bd.breakdown(theirs, marker.thread)
+
+
 def _waiting_receiver():
     import time
 
