@@ -73,7 +73,8 @@ def test_a_collective_inside_an_operator_is_communication_not_the_operators():
     assert sum(out[c] for c in bd.CLASSES) == pytest.approx(out["window"])
 
 
-def test_a_real_step_of_the_tiny_model():
+def _profiled_tiny_step() -> bd.StepBreakdown:
+    """A second step of the tiny model on one device, profiled."""
     torch.manual_seed(0)
     spec = presets.model("tiny")
     trainer = SingleDeviceTrainer(validate(Config(model=spec, layout=Layout(micro_batch=2))), RunOptions(seed=0),
@@ -82,7 +83,11 @@ def test_a_real_step_of_the_tiny_model():
     trainer.step(tokens[:, :-1], tokens[:, 1:])
     with bd.StepBreakdown() as tracked:
         trainer.step(tokens[:, :-1], tokens[:, 1:])
-    out = tracked.summary()
+    return tracked
+
+
+def test_a_real_step_of_the_tiny_model():
+    out = _profiled_tiny_step().summary()
     assert all(out[c] >= 0 for c in bd.CLASSES) and out["window"] > 0
     assert sum(out[c] for c in bd.CLASSES) == pytest.approx(out["window"], rel=1e-6)
     for c in ("matrix_products", "attention", "other_operators", "optimizer"):
@@ -97,13 +102,7 @@ def _nest(events) -> list[tuple]:
 
 
 def test_the_profilers_events_are_read_as_torchs_own_list_gives_them():
-    torch.manual_seed(0)
-    spec = presets.model("tiny")
-    trainer = SingleDeviceTrainer(validate(Config(model=spec, layout=Layout(micro_batch=2))), RunOptions(seed=0),
-                                  torch.device("cpu"))
-    tokens = torch.randint(0, spec.vocab, (2, spec.seq + 1))
-    with bd.StepBreakdown() as tracked:
-        trainer.step(tokens[:, :-1], tokens[:, 1:])
+    tracked = _profiled_tiny_step()
     ours, theirs = bd.profiler_events(tracked._profiler), list(tracked._profiler.events())
     assert len(ours) > 100 and _nest(ours) == _nest(theirs)
     assert any(e.cpu_parent is not None and e.cpu_parent.cpu_parent is not None for e in ours)  # nested deep
