@@ -182,7 +182,8 @@ def read_manifest(directory: Path) -> dict | None:
 
 def record_table(path: Path) -> None:
     """Where the table ``path`` lies in an archived reference directory (one with a manifest), set its entry there
-    (a table an experiment script archives beside a build's: ``scripts/tp_drift.py``, ``scripts/breakdown_steps.py``)."""
+    (a table an experiment script archives beside a build's: ``scripts/tp_drift.py``,
+    ``scripts/breakdown_steps.py``)."""
     path = Path(path)
     manifest = read_manifest(path.parent)
     if manifest is not None:
