@@ -53,6 +53,7 @@ def report(tables: dict, hw) -> str:
                                                                      exposed_goal), exposed_goal)
     parts = [shown.to_string(index=False), "", f"Repeats: {spread}.", "", f"A perfect model: {floor}.", "",
              f"A perfect model of the exposed communication: {exposed_floor}.", "",
+             f"One breakdown step or five: {tm.breakdown_steps_rule_sentence(tables, exposed)}.", "",
              f"Misses beyond the noise: {tm.beyond_noise_sentence(tm.beyond_noise(tables, errs))}.", "",
              "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):
@@ -106,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     print("The pipeline action constants' rounds: " + tm.path_sensitivity(tables, hw, spread, "pipeline") + ".")
     print("DTensor's cost per byte: " + tm.tp_bytes_rule_sentence(tables, hw, side) + ".")
     print("The profiled mode at the run's speed: " + tm.profiled_speed_rule_sentence(tables, hw) + ".")
-    print("One breakdown step or five: " + tm.breakdown_steps_rule_sentence(tables, hw) + ".")
     for kind in tm.WAIT_SPLITS:
         print(f"Inside and outside communication, {kind}: " + tm.wait_rule_sentence(tables, hw, kind) + ".")
     with pd.option_context("display.width", 200):

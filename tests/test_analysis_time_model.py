@@ -714,13 +714,13 @@ def test_the_exposed_communication_is_read_over_all_breakdown_steps_or_on_the_fi
 def test_the_breakdown_steps_rule_keeps_the_instrument_whose_repeats_spread_less(steady):
     calm, loud = [0.30, 0.31, 0.32, 0.31], [0.2, 0.4, 0.3, 0.5]
     tables_, _ = _stepped_repeats(calm, loud) if steady == "all" else _stepped_repeats(loud, calm)
-    rule = tm.breakdown_steps_rule(tables_, HW)
+    rule = tm.breakdown_steps_rule(tables_, tm.exposed_errors(tables_, HW))
     spread = {v: np.std(x, ddof=1) / np.mean(x) for v, x in (("all", calm), ("first", loud))} if steady == "all" \
         else {v: np.std(x, ddof=1) / np.mean(x) for v, x in (("all", loud), ("first", calm))}
     assert rule["configurations"] == 1 and rule["stands"] == (steady == "all")
     assert rule["all"]["rsd"] == pytest.approx(spread["all"]) and rule["first"]["rsd"] == pytest.approx(spread["first"])
-    sentence = tm.breakdown_steps_rule_sentence(tables_, HW)
+    sentence = tm.breakdown_steps_rule_sentence(tables_, tm.exposed_errors(tables_, HW))
     assert ("all the steps stand" if steady == "all" else "all the steps do not stand") in sentence
     older = {name: t.drop(columns=[c for c in t if ".per_step." in c]) for name, t in tables_.items()}
-    assert tm.breakdown_steps_rule(older, HW) is None
-    assert tm.breakdown_steps_rule_sentence(older, HW).startswith("no run kept its breakdown steps")
+    assert tm.breakdown_steps_rule(older, tm.exposed_errors(older, HW)) is None
+    assert tm.breakdown_steps_rule_sentence(older, tm.exposed_errors(older, HW)).startswith("no run kept its breakdown steps")

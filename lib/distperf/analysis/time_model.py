@@ -1068,7 +1068,7 @@ def profiled_speed_rule_sentence(tables: dict, hw) -> str:
                "does not stand: not a lower median with no higher largest"))
 
 
-def breakdown_steps_rule(tables: dict, hw) -> dict | None:
+def breakdown_steps_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     """The rule declared on 6 December 2026, before the ten-repeat build that judged it (9b4c98d, where it stood): the
     exposed communication's goal reads each run's breakdown over all its steps (:data:`ALL_BREAKDOWN_STEPS`) if, over
     the held-out configurations the breakdown step judges, the median over them of the relative standard deviation of
@@ -1076,8 +1076,9 @@ def breakdown_steps_rule(tables: dict, hw) -> dict | None:
     alone. Returns ``{"configurations", "stands", "all", "first"}``, per instrument ``rsd`` (that median), the model's
     ``median`` and ``largest`` |signed error| against the median of the repeats, and a perfect model's median and
     largest |error| on those repeats and the share of simulated builds in which it meets the goal (``floor_median``,
-    ``floor_largest``, ``meets``: :mod:`distperf.analysis.goal_floor`); None where no run kept its steps."""
-    exposed = exposed_errors(tables, hw)
+    ``floor_largest``, ``meets``: :mod:`distperf.analysis.goal_floor`); None where no run kept its steps.
+    ``exposed``: :func:`exposed_errors` of ``tables`` (either instrument: the rule reads its configurations, stages
+    and predictions)."""
     judged = exposed[exposed.instrument == "breakdown step"] if len(exposed) else exposed
     runs = {variant: exposed_repeats(tables, judged, first_step=variant == "first") for variant in ("all", "first")}
     keys = ["experiment", "config_hash"]
@@ -1101,9 +1102,9 @@ def breakdown_steps_rule(tables: dict, hw) -> dict | None:
     return out
 
 
-def breakdown_steps_rule_sentence(tables: dict, hw) -> str:
+def breakdown_steps_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
     """:func:`breakdown_steps_rule` in words."""
-    rule = breakdown_steps_rule(tables, hw)
+    rule = breakdown_steps_rule(tables, exposed)
     if rule is None:
         return "no run kept its breakdown steps one by one (tables measured before 6 December 2026)"
 
