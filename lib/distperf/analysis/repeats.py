@@ -39,6 +39,7 @@ PROFILED = "prediction.profiled."  # the profiled mode: its part times and the p
 AT_ONCE = "prediction.profiled.layer_times.ranks_at_once"  # set where the run's own ranks timed the parts
 BREAKDOWN = "time_breakdown_s."  # the step whose time is broken down by class (distperf.measure.steps)
 PER_RANK = BREAKDOWN + "per_rank."
+CLOCK = "wait_clock_s.per_rank"  # a pipeline's waits on its timed steps, per rank (distperf.measure.wait_clock)
 LEVEL = 0.95
 
 
@@ -216,6 +217,8 @@ def fold(frame, level: float = LEVEL):
         _fold_profiled(runs, first, keys, median)
     if BREAKDOWN + "window" in runs:
         _fold_breakdown(runs, first, keys)
+    if CLOCK in runs:
+        _fold_clock(runs, first, keys)
     for column, name in ((P10, "p10_s"), (P90, "p90_s")):
         if column in first:
             first[column] = per[name].reindex(index).to_numpy()
@@ -242,6 +245,22 @@ def _fold_profiled(runs, first, keys: list, median) -> None:
     iteration, error = PROFILED + "time_s.iteration", ERRORS[1]
     if iteration in first and error in first:
         first.loc[mask, error] = first.loc[mask, iteration].astype(float) / median[mask] - 1
+
+
+def _fold_clock(runs, first, keys: list) -> None:
+    """In ``first`` (one row per configuration, in place): each rank's wait clock (:data:`CLOCK`, a JSON list of
+    seconds per rank) as its median over the repeats that kept it, rank by rank."""
+    import json
+
+    from .rows import json_cell
+
+    folded = {}
+    for key, part in runs.groupby(keys, dropna=False):
+        cells = [cell for cell in map(json_cell, part[CLOCK]) if isinstance(cell, list) and cell and None not in cell]
+        if cells and all(len(cell) == len(cells[0]) for cell in cells):
+            folded[key if isinstance(key, tuple) else (key,)] = json.dumps(
+                [statistics.median(values) for values in zip(*cells)])
+    first[CLOCK] = [folded.get(key if isinstance(key, tuple) else (key,)) for key in first.set_index(keys).index]
 
 
 def _fold_breakdown(runs, first, keys: list) -> None:

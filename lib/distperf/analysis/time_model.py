@@ -28,6 +28,7 @@ from ..measure.profiles import sidecar_conditions
 from ..results import signed_error
 from . import goal_floor, rows, verdicts
 from .breakdown_noise import STEPS
+from .repeats import CLOCK
 from .goal_floor import held_out_repeats
 from .noise import strategy
 from .repeats import median_interval
@@ -288,6 +289,17 @@ def _ending_share(row, stage: int, first_step: bool = False) -> float:
     return max(held)[1] if held else np.nan
 
 
+def _clock_s(row, stage: int) -> float:
+    """The wait clock (:mod:`distperf.measure.wait_clock`: the median over the run's timed steps of the seconds its
+    thread spent posting and waiting on its transfers) of the rank that ends the iteration: of the ranks at pipeline
+    rank ``stage`` (every rank where the run kept no stages), the one that waited least, whose own work took longest
+    (the steps are the same length on every rank); NaN where the run kept no clock."""
+    clock = rows.json_cell(row.get(CLOCK)) or []
+    stages = rows.json_cell(row.get("memory_bytes.per_rank.pipeline_rank")) or []
+    found = [c for i, c in enumerate(clock) if c is not None and (len(stages) != len(clock) or stages[i] == stage)]
+    return float(min(found)) if found else np.nan
+
+
 # whether the predicted breakdown and the exposed communication file the part of a pipeline engine's action cost that
 # its probe spent inside communication as communication (distperf.cost.stage.action_inside): the rule of 5 December
 # 2026 (wait_rule) judged it on the build at 70f88ea, where it did not stand (the 28 pipeline runs' median |error|
@@ -309,9 +321,14 @@ PIPELINE_SPLIT = True
 # the first; a perfect model meets the goal in 42 % of simulated builds against 1 %)
 ALL_BREAKDOWN_STEPS = True
 
+# whether the exposed communication's goal reads a pipeline on the wait clock (its timed steps' sends, receives and
+# waits, no profiler: distperf.measure.wait_clock) instead of its breakdown steps: the rule of 6 December 2026
+# (wait_clock_rule), declared before the ten-repeat build that judges it; until then the breakdown steps
+WAIT_CLOCK = False
+
 
 def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held_out_only: bool = True,
-                   all_steps: bool = ALL_BREAKDOWN_STEPS) -> pd.DataFrame:
+                   all_steps: bool = ALL_BREAKDOWN_STEPS, wait_clock: bool = WAIT_CLOCK) -> pd.DataFrame:
     """Per held-out configuration that uses one parallelism (dp, tp or pp) and whose measured exposed communication of
     that kind exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
     ``instrument``, ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a
@@ -343,12 +360,17 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
     PipeDream-2BW's communication is measured on a drained step (the pipeline fills and drains inside it, which its
     training steps do not), so its bubble there is that of the same pipeline flushed under 1F1B. Without
     ``all_steps`` (:data:`ALL_BREAKDOWN_STEPS`), a breakdown-step measurement is the median over the repeats of each
-    one's first breakdown step alone (:func:`exposed_repeats`), where the runs kept their steps."""
+    one's first breakdown step alone (:func:`exposed_repeats`), where the runs kept their steps.
+    A third instrument reads a pipeline without a profiler: ``clock_s``, the wait clock of the rank at ``clock_stage``
+    that ends the iteration (:func:`_clock_s`, :mod:`distperf.measure.wait_clock`: the timed steps' own sends, receives
+    and waits, the median over the repeats), against ``clock_predicted_s`` (as ``predicted_s``, but with 2BW's own
+    bubble: its timed steps do not flush), ``error_clock`` between them; with ``wait_clock`` (:data:`WAIT_CLOCK`) it is
+    the goal's instrument where a run kept it (``instrument`` "wait clock")."""
     frame = _frame(tables)
     columns = ["experiment", "config_hash", "stage", "strategy", "model", "kind", "instrument", "measured_s",
                "predicted_s", "tracked_s", "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch",
-               "schedule", "microbatches", "chunks"]
-    errors_ = ["error", "error_tracked", "error_breakdown", "error_ending"]
+               "schedule", "microbatches", "chunks", "clock_s", "clock_stage", "clock_predicted_s"]
+    errors_ = ["error", "error_tracked", "error_breakdown", "error_ending", "error_clock"]
     if hw is None or not len(frame):
         return pd.DataFrame(columns=columns + errors_)
     degrees = frame[[f"config.layout.{d}" for d in KIND_OF]].astype(int)
@@ -369,6 +391,8 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
         tracked = np.nan if tracked is None or pd.isna(tracked) else float(tracked)
         t = p["time_s"]
         bubble, last = t["bubble"], p["slowest_stage"]
+        clock_stage, clock_bubble = last, bubble  # the clock reads the timed steps: 2BW's own, unflushed
+        clock = _clock_s(r, last) if kind == "pipeline_parallel" else np.nan
         if r["config.layout.schedule"] == "2bw":  # its measured step is drained: the fill and drain of a flush
             cfg = rows.config_of_row(r)
             flushed = predict(replace(cfg, layout=replace(cfg.layout, schedule="1f1b")), rows.run_hardware(hw, r),
@@ -377,20 +401,26 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
         step, ending = _breakdown_share(r) * iteration, _ending_share(r, last) * iteration
         window = r.get("time_breakdown_s.window")
         waits = _seen(r.get("measured_steps.breakdown_waits")) and not np.isnan(ending)
-        measured = ending if waits else tracked
+        on_clock = wait_clock and not np.isnan(clock)
+        measured = clock if on_clock else ending if waits else tracked
         if np.isnan(measured) or measured <= EXPOSED_SHARE * iteration:
             continue
-        value = t["communication_exposed"] + (bubble if kind == "pipeline_parallel" else 0.0)
+        value = t["communication_exposed"]
         if kind == "tensor_parallel":  # DTensor's Python around its collectives is framework in the breakdown too
             cfg = rows.config_of_row(r)
             value -= tp_outside(cfg, rows.run_hardware(hw, r), rank_spans(cfg)[0])
         elif kind == "pipeline_parallel" and pipeline_split:  # the engine's sends and waits, as the breakdown files
             cfg = rows.config_of_row(r)
             value += cfg.layout.microbatches * action_inside(rows.run_hardware(hw, r).kernels, cfg.layout)
-        out.append({"experiment": r.experiment, "config_hash": r.get("config_hash"), "stage": last,
-                    "strategy": strategy(r), "model": r["config.model.name"], "kind": kind,
-                    "instrument": "breakdown step" if waits else "communication step", "measured_s": measured,
-                    "predicted_s": value, "tracked_s": tracked, "breakdown_s": step,
+        on_steps = value + (bubble if kind == "pipeline_parallel" else 0.0)
+        on_timed = value + clock_bubble if kind == "pipeline_parallel" else np.nan
+        out.append({"experiment": r.experiment, "config_hash": r.get("config_hash"),
+                    "stage": clock_stage if on_clock else last, "strategy": strategy(r),
+                    "model": r["config.model.name"], "kind": kind,
+                    "instrument": "wait clock" if on_clock else "breakdown step" if waits else "communication step",
+                    "measured_s": measured, "predicted_s": on_timed if on_clock else on_steps,
+                    "clock_s": clock, "clock_stage": clock_stage, "clock_predicted_s": on_timed,
+                    "tracked_s": tracked, "breakdown_s": step,
                     "ending_s": ending if waits else np.nan, "tracked_stretch": _tracked_window(r) / iteration,
                     "breakdown_stretch": float(window) / iteration if window is not None else np.nan,
                     "schedule": r.get("config.layout.schedule"), "microbatches": r.get("config.layout.microbatches"),
@@ -402,8 +432,10 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
         judged = (table.instrument == "breakdown step").to_numpy() & ~np.isnan(found.astype(float))
         if judged.any():
             table.loc[judged, "measured_s"] = table.loc[judged, "ending_s"] = found[judged]
-    for error, against in zip(errors_, ("measured_s", "tracked_s", "breakdown_s", "ending_s")):
+    for error, against in zip(errors_[:4], ("measured_s", "tracked_s", "breakdown_s", "ending_s")):
         table[error] = signed_error(table.predicted_s, table[against]) if len(table) else pd.Series(dtype=float)
+    table["error_clock"] = signed_error(table.clock_predicted_s, table.clock_s) if len(table) else \
+        pd.Series(dtype=float)
     return (held_out(table) if held_out_only else table).reset_index(drop=True)
 
 
@@ -1116,6 +1148,82 @@ def breakdown_steps_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
             f"communication moves by a median relative standard deviation of {told(rule['all'])}, read over each "
             f"run's breakdown steps, and of {told(rule['first'])}, read on each run's first step alone: all the "
             "steps " + ("stand: a lower spread" if rule["stands"] else "do not stand: no lower spread"))
+
+
+def clock_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
+    """Per repeat that kept the wait clock, of each pipeline configuration of ``exposed`` (:func:`exposed_errors`):
+    ``experiment``, ``config_hash``, ``strategy`` and ``measured_s``, that repeat's clock on the rank that ends the
+    iteration (:func:`_clock_s` at ``clock_stage``, each rank's stage from the configuration's first repeat, which
+    measured memory), as :func:`exposed_repeats` reads the breakdown step one run at a time."""
+    out = []
+    stages = "memory_bytes.per_rank.pipeline_rank"
+    judged = exposed[exposed.clock_s.notna()] if len(exposed) else exposed
+    for r in judged.itertuples():
+        table = tables.get(r.experiment)
+        if table is None or "config_hash" not in table or CLOCK not in table:
+            continue
+        runs = table[(table["config_hash"] == r.config_hash) & (table["status"] == "ok")]
+        if "source" in runs:
+            runs = runs[runs["source"] == "fresh"]
+        placed = runs[stages].dropna() if stages in runs else []
+        for _, run in runs[runs[CLOCK].notna()].iterrows():
+            if len(placed):
+                run = run.copy()
+                run[stages] = placed.iloc[0]
+            clock = _clock_s(run, int(r.clock_stage))
+            if not np.isnan(clock):
+                out.append({"experiment": r.experiment, "config_hash": r.config_hash, "strategy": r.strategy,
+                            "measured_s": clock})
+    return pd.DataFrame(out, columns=["experiment", "config_hash", "strategy", "measured_s"])
+
+
+def wait_clock_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
+    """The rule declared on 6 December 2026, before the ten-repeat build that judges it: the exposed communication's
+    goal reads a pipeline on the wait clock (:data:`WAIT_CLOCK`; :mod:`distperf.measure.wait_clock`, the timed steps'
+    own sends, receives and waits, no profiler) instead of its breakdown steps if, over the held-out pipeline
+    configurations that the breakdown step judges and whose runs kept the clock, the median over them of the relative
+    standard deviation of their repeats' measurements (:func:`clock_repeats`, :func:`exposed_repeats`) is lower on the
+    clock. It asks which instrument repeats better, as :func:`breakdown_steps_rule` did, not which agrees with the
+    model. Returns ``{"configurations", "stands", "clock", "breakdown"}``, per instrument ``rsd`` (that median), the
+    model's ``median`` and ``largest`` |signed error| against the median of the repeats (the clock against
+    ``clock_predicted_s``: 2BW's timed steps do not flush), and ``shift``, the median over the configurations of the
+    clock's median over the breakdown step's, less 1; None where no run kept the clock. ``exposed``:
+    :func:`exposed_errors` of ``tables`` read on the breakdown steps (``wait_clock=False``)."""
+    if not len(exposed):
+        return None
+    judged = exposed[(exposed.kind == "pipeline_parallel") & (exposed.instrument == "breakdown step")
+                     & exposed.clock_s.notna()]
+    keys = ["experiment", "config_hash"]
+    runs = {"clock": clock_repeats(tables, judged), "breakdown": exposed_repeats(tables, judged)}
+    kept = runs["clock"][keys].drop_duplicates().merge(runs["breakdown"][keys].drop_duplicates(), on=keys)
+    if not len(kept):
+        return None
+    predicted = {"clock": judged.set_index(keys).clock_predicted_s, "breakdown": judged.set_index(keys).predicted_s}
+    out, medians = {"configurations": len(kept)}, {}
+    for variant, found in runs.items():
+        by = found.merge(kept, on=keys).groupby(keys).measured_s
+        medians[variant] = by.median()
+        err = signed_error(predicted[variant].reindex(by.median().index), by.median()).abs()
+        out[variant] = {"rsd": float((by.std() / by.mean()).median()), "median": float(err.median()),
+                        "largest": float(err.max())}
+    out["shift"] = float((medians["clock"] / medians["breakdown"].reindex(medians["clock"].index) - 1).median())
+    out["stands"] = bool(out["clock"]["rsd"] < out["breakdown"]["rsd"])
+    return out
+
+
+def wait_clock_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
+    """:func:`wait_clock_rule` in words."""
+    rule = wait_clock_rule(tables, exposed)
+    if rule is None:
+        return "no pipeline run kept the wait clock (tables measured before 6 December 2026)"
+
+    def told(x: dict) -> str:
+        return (f"{x['rsd']:.1%}, the model's median / largest |error| {x['median']:.1%} / {x['largest']:.1%}")
+    return (f"over the {rule['configurations']} pipeline configurations the breakdown step judges, the repeats' exposed "
+            f"communication moves by a median relative standard deviation of {told(rule['clock'])}, read on the wait "
+            f"clock, and of {told(rule['breakdown'])}, read on the breakdown steps; the clock reads a median "
+            f"{rule['shift']:+.1%} against the breakdown steps: the wait clock "
+            + ("stands: a lower spread" if rule["stands"] else "does not stand: no lower spread"))
 
 
 def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:

@@ -24,6 +24,7 @@ the step whose time is broken down by class alone.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
@@ -36,7 +37,9 @@ import torch.distributed as dist
 
 from .. import atomic
 from ..config import Config, RunOptions, needs_distributed
+from ..measure import wait_clock
 from ..measure.speed import probe_alone, probed
+from ..measure.wait_clock import WaitClock
 from ..tokens import make_source
 from .common import Trainer
 from .mesh import build_mesh, init_distributed, rank_device
@@ -142,20 +145,24 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     trainer = build_trainer(cfg, opts, device)
     batch = cfg.layout.global_batch
     barrier = distributed and trainer.flushes
-    losses, times = [], []
+    losses, times, waits = [], [], []
     before = probe_alone(distributed) if device.type == "cpu" else None  # the machine's speed around the steps
-    for step in range(opts.steps):
-        _fault(step)
-        x, y = source.batch(step, batch)
-        x, y = x.to(device), y.to(device)
-        _sync(device)
-        if barrier:
-            step_barrier()
-        t0 = time.perf_counter()
-        loss = trainer.step(x, y)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss)
+    clock = WaitClock() if wait_clock.clocked(distributed, dist.get_backend() if distributed else None,
+                                              cfg.layout.pp) else None
+    with clock or contextlib.nullcontext():
+        for step in range(opts.steps):
+            _fault(step)
+            x, y = source.batch(step, batch)
+            x, y = x.to(device), y.to(device)
+            _sync(device)
+            if barrier:
+                step_barrier()
+            t0, waited = time.perf_counter(), clock.seconds if clock else 0.0
+            loss = trainer.step(x, y)
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+            waits.append(clock.seconds - waited if clock else 0.0)
+            losses.append(loss)
     trainer.finish()
     speed = probed(before, probe_alone(distributed)) if device.type == "cpu" else None
     held_out = None
@@ -180,6 +187,9 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         peaks = [None] * dist.get_world_size()
         dist.all_gather_object(peaks, peak[0])
         peak = peaks
+        if clock:
+            clocks = [None] * dist.get_world_size()
+            dist.all_gather_object(clocks, wait_clock.summary(waits, opts.warmup))
     global_losses = (held[:, 0] / held[:, 1]).tolist() if bool((held[:, 1] > 0).all()) else \
         [a / c if c else None for a, c in held.tolist()]
     timed = step_times.tolist()[opts.warmup:] or step_times.tolist()
@@ -202,6 +212,9 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         "threads_per_rank": torch.get_num_threads() if device.type == "cpu" else None,
         "speed_probe": speed,
     }
+    if clock:  # a pipeline's sends, receives and waits on its timed steps, per rank (distperf.measure.wait_clock)
+        result["wait_clock_s"] = {"per_rank": [c["median"] for c in clocks], "steps": [c["steps"] for c in clocks],
+                                  "warmup_steps_excluded": len(step_times) - len(timed)}
     if parameters:
         result["parameters"] = trainer.full_parameters()
     if opts.measure or (opts.breakdown and device.type == "cpu"):

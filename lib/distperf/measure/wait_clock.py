@@ -1,0 +1,86 @@
+"""The wait clock: the seconds a pipeline rank's own thread spends posting its sends and receives and waiting on
+them, read on the timed steps themselves, without a profiler.
+
+A pipeline engine (torch's ``torch.distributed.pipelining`` schedules, PipeDream-2BW's hand-written one) posts every
+transfer from Python (``ProcessGroup.send`` and ``.recv``, which ``dist.isend`` and ``dist.irecv`` call) and waits on
+it from Python (``Work.wait``); a synchronous collective inside the step (``dist.all_reduce``) also waits through
+``Work.wait``. On gloo, whose transfers run on its own threads, the time inside these calls on the rank's main thread
+is the step's communication: the sends and receives that the work in between does not hide, and the waits for the
+neighbouring stage, the bubble among them. The clock wraps the three methods for as long as it runs and adds up, on
+the thread that started it, the time spent inside them (perf_counter; some 40 calls per step of a two-stage pipeline
+at m = 8, a few microseconds each); calls made inside another one of them count once.
+
+Why a clock beside the profiler's breakdown (:mod:`distperf.measure.breakdown`): the profiler lengthens a pipeline's
+waits unevenly. On 6 December 2026, `small` on two stages, micro-batch 2, m = 8, rank 0 spent 40 ms of a profiled GPipe
+step inside communication against 29 ms under 1F1B (a median of ten steps each, two runs), while the same rank's
+unprofiled steps, read by wrapping torch's ``_batch_p2p`` and ``_wait_batch_p2p``, spent 19-23 ms under GPipe and
+18-20 ms under 1F1B: the profiled GPipe step posted receives that blocked for 5-7 ms each (``c10d::recv_``) while its
+neighbour's eight sends were pending, which its unprofiled steps did not. Whether the book's goal reads a pipeline's
+exposed communication on this clock is a rule declared before the build that judges it
+(:func:`distperf.analysis.time_model.wait_clock_rule`).
+
+Only on gloo: under NCCL ``Work.wait`` returns once the GPU stream waits, not when the transfer is done.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import torch.distributed as dist
+
+
+class WaitClock:
+    """``with WaitClock() as clock:`` then ``clock.seconds`` (a running total; read it around each step). Wraps
+    ``ProcessGroup.send``, ``ProcessGroup.recv`` and ``Work.wait`` while inside; counts the calls made on the thread
+    that entered it."""
+
+    METHODS = ((dist.distributed_c10d.ProcessGroup, "send"), (dist.distributed_c10d.ProcessGroup, "recv"),
+               (dist.distributed_c10d.Work, "wait"))
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._thread = threading.get_ident()
+        self._depth = 0
+        self._originals: list = []
+
+    def _timed(self, original):
+        def call(obj, *args, **kwargs):
+            if threading.get_ident() != self._thread or self._depth:
+                return original(obj, *args, **kwargs)
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self._depth -= 1
+
+        return call
+
+    def __enter__(self):
+        self._thread = threading.get_ident()
+        for cls, name in self.METHODS:
+            # restored from the class's own dict: getattr unwraps pybind's method into a function that binds no self
+            self._originals.append((cls, name, cls.__dict__[name]))
+            setattr(cls, name, self._timed(getattr(cls, name)))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, name, original in reversed(self._originals):
+            setattr(cls, name, original)
+        self._originals.clear()
+        return False
+
+
+def clocked(distributed: bool, backend: str | None, pp: int) -> bool:
+    """Whether a run keeps the wait clock: a pipeline (pp > 1) over gloo."""
+    return distributed and pp > 1 and backend == "gloo"
+
+
+def summary(per_step: list[float], warmup: int) -> dict:
+    """A rank's clock: ``median`` over its timed steps after ``warmup`` (all when none is left, as the iteration's
+    median) and ``steps``, every step's seconds."""
+    import statistics
+
+    timed = per_step[warmup:] or per_step
+    return {"median": statistics.median(timed) if timed else None, "steps": list(per_step)}
