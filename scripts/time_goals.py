@@ -49,11 +49,12 @@ def report(tables: dict, hw) -> str:
     time_goals = {mode: goal for mode, goal in tm.GOALS.items() if mode != "exposed communication"}
     floor = goal_floor.floor_sentence(goal_floor.floor_table(goal_floor.repeat_times(tables), time_goals), time_goals)
     exposed_goal = {"exposed communication": tm.GOALS["exposed communication"]}
-    exposed_floor = goal_floor.floor_sentence(goal_floor.floor_table(tm.exposed_repeats(tables, exposed),
+    exposed_floor = goal_floor.floor_sentence(goal_floor.floor_table(tm.goal_repeats(tables, exposed),
                                                                      exposed_goal), exposed_goal)
     parts = [shown.to_string(index=False), "", f"Repeats: {spread}.", "", f"A perfect model: {floor}.", "",
              f"A perfect model of the exposed communication: {exposed_floor}.", "",
              f"One breakdown step or five: {tm.breakdown_steps_rule_sentence(tables, exposed)}.", "",
+             f"The wait clock: {tm.wait_clock_rule_sentence(tables, exposed)}.", "",
              f"Misses beyond the noise: {tm.beyond_noise_sentence(tm.beyond_noise(tables, errs))}.", "",
              "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):

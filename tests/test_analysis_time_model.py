@@ -679,12 +679,15 @@ def test_layer_contention_compares_the_parts_measured_at_once_with_the_kernel_mo
     assert tm.layer_contention_sentence(found.iloc[:0]) == "no held-out run timed its parts"
 
 
-def _stepped_repeats(means, firsts):
-    """Repeats of a `small` 1F1B pipeline whose ending rank communicates the share ``means[i]`` of repeat i's steps
-    on the whole and ``firsts[i]`` of its first step (every rank alike, windows of 1 s)."""
-    base = row("small", 1.0, pp=2, schedule="1f1b", microbatches=4)
+def _stepped_repeats(means, firsts, clocks=None, schedule="1f1b"):
+    """Repeats of a `small` pipeline (1F1B by default) whose ending rank communicates the share ``means[i]`` of repeat
+    i's steps on the whole and ``firsts[i]`` of its first step (every rank alike, windows of 1 s), and with
+    ``clocks`` waits ``clocks[i]`` seconds on repeat i's wait clock (the other rank twice as long)."""
+    base = row("small", 1.0, pp=2, schedule=schedule, microbatches=4)
     out = []
     for i, (mean, first) in enumerate(zip(means, firsts)):
+        if clocks is not None:
+            base = {**base, "wait_clock_s.per_rank": json.dumps([clocks[i], 2 * clocks[i]])}
         rest = (5 * mean - first) / 4  # the other four steps, so that the five's share is ``mean``
         steps = [first] + [rest] * 4
         out.append({**base, "repeat": i, "measured_steps.breakdown_waits": True,
@@ -725,3 +728,50 @@ def test_the_breakdown_steps_rule_keeps_the_instrument_whose_repeats_spread_less
     without = tm.exposed_errors(older, HW)
     assert tm.breakdown_steps_rule(older, without) is None
     assert tm.breakdown_steps_rule_sentence(older, without).startswith("no run kept its breakdown steps")
+
+
+def test_the_wait_clock_reads_the_rank_that_ends_the_iteration_on_its_timed_steps():
+    tables_, iteration = _stepped_repeats([0.30, 0.31, 0.32], [0.3] * 3, clocks=[0.02, 0.04, 0.03])
+    steps = tm.exposed_errors(tables_, HW)  # the goal's instrument until the rule judges: the breakdown steps
+    assert steps.instrument.iloc[0] == "breakdown step" and steps.measured_s.iloc[0] == pytest.approx(0.31 * iteration)
+    assert steps.clock_s.iloc[0] == pytest.approx(0.03)  # the repeats' median, on the stage that ends the iteration
+    assert steps.error_clock.iloc[0] == pytest.approx(steps.clock_predicted_s.iloc[0] / 0.03 - 1)
+    clock = tm.exposed_errors(tables_, HW, wait_clock=True)
+    assert clock.instrument.iloc[0] == "wait clock" and clock.measured_s.iloc[0] == pytest.approx(0.03)
+    assert clock.predicted_s.iloc[0] == pytest.approx(steps.predicted_s.iloc[0])  # 1F1B: the same prediction
+    assert tm.exposed_repeats(tables_, clock).empty  # the breakdown's repeats judge no clock row
+    assert sorted(tm.goal_repeats(tables_, clock).measured_s) == pytest.approx([0.02, 0.03, 0.04])
+    assert len(tm.goal_repeats(tables_, steps)) == 3  # on the breakdown steps: their three repeats
+    # 2BW's timed steps do not flush: the clock is priced with its own bubble, the drained breakdown step with 1F1B's
+    twobw, _ = _stepped_repeats([0.30] * 3, [0.3] * 3, clocks=[0.03] * 3, schedule="2bw")
+    found = tm.exposed_errors(twobw, HW)
+    assert found.clock_predicted_s.iloc[0] < found.predicted_s.iloc[0]
+    older = {name: t.drop(columns=["wait_clock_s.per_rank"]) for name, t in tables_.items()}
+    assert tm.exposed_errors(older, HW, wait_clock=True).instrument.iloc[0] == "breakdown step"
+
+
+@pytest.mark.parametrize("stage, stages, expected", [(1, "[0, 1]", 0.02), (0, "[0, 1]", 0.05), (0, None, 0.02),
+                                                     (1, "[0, 0]", np.nan)])
+def test_the_clock_of_the_ending_rank_is_the_least_waiting_one_at_its_stage(stage, stages, expected):
+    found = tm._clock_s({"wait_clock_s.per_rank": "[0.05, 0.02]", "memory_bytes.per_rank.pipeline_rank": stages},
+                        stage)
+    assert found == pytest.approx(expected, nan_ok=True)
+    assert np.isnan(tm._clock_s({}, 0))
+
+
+@pytest.mark.parametrize("steady", ["clock", "breakdown"])
+def test_the_wait_clock_rule_keeps_the_instrument_whose_repeats_spread_less(steady):
+    calm, loud = [0.30, 0.31, 0.32, 0.31], [0.2, 0.4, 0.3, 0.5]
+    shares, clocks = (loud, [c / 10 for c in calm]) if steady == "clock" else (calm, [c / 10 for c in loud])
+    tables_, iteration = _stepped_repeats(shares, shares, clocks=clocks)
+    exposed = tm.exposed_errors(tables_, HW)
+    rule = tm.wait_clock_rule(tables_, exposed)
+    assert rule["configurations"] == 1 and rule["stands"] == (steady == "clock")
+    assert rule["clock"]["rsd"] == pytest.approx(np.std(clocks, ddof=1) / np.mean(clocks))
+    assert rule["breakdown"]["rsd"] == pytest.approx(np.std(shares, ddof=1) / np.mean(shares))
+    assert rule["shift"] == pytest.approx(np.median(clocks) / (np.median(shares) * iteration) - 1)
+    sentence = tm.wait_clock_rule_sentence(tables_, exposed)
+    assert ("the wait clock stands" if steady == "clock" else "the wait clock does not stand") in sentence
+    older = {name: t.drop(columns=["wait_clock_s.per_rank"]) for name, t in tables_.items()}
+    assert tm.wait_clock_rule(older, tm.exposed_errors(older, HW)) is None
+    assert tm.wait_clock_rule_sentence(older, tm.exposed_errors(older, HW)).startswith("no pipeline run kept")

@@ -365,11 +365,13 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
     that ends the iteration (:func:`_clock_s`, :mod:`distperf.measure.wait_clock`: the timed steps' own sends, receives
     and waits, the median over the repeats), against ``clock_predicted_s`` (as ``predicted_s``, but with 2BW's own
     bubble: its timed steps do not flush), ``error_clock`` between them; with ``wait_clock`` (:data:`WAIT_CLOCK`) it is
-    the goal's instrument where a run kept it (``instrument`` "wait clock")."""
+    the goal's instrument where a run kept it (``instrument`` "wait clock"; ``steps_stage`` and ``steps_predicted_s``
+    keep the stage and the prediction the breakdown steps are read with)."""
     frame = _frame(tables)
     columns = ["experiment", "config_hash", "stage", "strategy", "model", "kind", "instrument", "measured_s",
                "predicted_s", "tracked_s", "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch",
-               "schedule", "microbatches", "chunks", "clock_s", "clock_stage", "clock_predicted_s"]
+               "schedule", "microbatches", "chunks", "clock_s", "clock_stage", "clock_predicted_s", "steps_stage",
+               "steps_predicted_s"]
     errors_ = ["error", "error_tracked", "error_breakdown", "error_ending", "error_clock"]
     if hw is None or not len(frame):
         return pd.DataFrame(columns=columns + errors_)
@@ -420,6 +422,7 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
                     "instrument": "wait clock" if on_clock else "breakdown step" if waits else "communication step",
                     "measured_s": measured, "predicted_s": on_timed if on_clock else on_steps,
                     "clock_s": clock, "clock_stage": clock_stage, "clock_predicted_s": on_timed,
+                    "steps_stage": last, "steps_predicted_s": on_steps,
                     "tracked_s": tracked, "breakdown_s": step,
                     "ending_s": ending if waits else np.nan, "tracked_stretch": _tracked_window(r) / iteration,
                     "breakdown_stretch": float(window) / iteration if window is not None else np.nan,
@@ -1177,6 +1180,15 @@ def clock_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["experiment", "config_hash", "strategy", "measured_s"])
 
 
+def goal_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
+    """The exposed communication's measurements one run at a time on the goal's instrument of each configuration of
+    ``exposed``: :func:`exposed_repeats` for those the breakdown step judges, :func:`clock_repeats` for those the wait
+    clock does (:data:`WAIT_CLOCK`), for :func:`distperf.analysis.goal_floor.floor_table`."""
+    clocked = exposed[exposed.instrument == "wait clock"] if len(exposed) else exposed
+    parts = [exposed_repeats(tables, exposed), clock_repeats(tables, clocked)]
+    return pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+
+
 def wait_clock_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     """The rule declared on 6 December 2026, before the ten-repeat build that judges it: the exposed communication's
     goal reads a pipeline on the wait clock (:data:`WAIT_CLOCK`; :mod:`distperf.measure.wait_clock`, the timed steps'
@@ -1184,15 +1196,15 @@ def wait_clock_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     configurations that the breakdown step judges and whose runs kept the clock, the median over them of the relative
     standard deviation of their repeats' measurements (:func:`clock_repeats`, :func:`exposed_repeats`) is lower on the
     clock. It asks which instrument repeats better, as :func:`breakdown_steps_rule` did, not which agrees with the
-    model. Returns ``{"configurations", "stands", "clock", "breakdown"}``, per instrument ``rsd`` (that median), the
-    model's ``median`` and ``largest`` |signed error| against the median of the repeats (the clock against
+    model; it reads the configurations ``exposed`` (:func:`exposed_errors` of ``tables``) holds, on either instrument.
+    Returns ``{"configurations", "stands", "clock", "breakdown"}``, per instrument ``rsd`` (that median), the model's
+    ``median`` and ``largest`` |signed error| against the median of the repeats (the clock against
     ``clock_predicted_s``: 2BW's timed steps do not flush), and ``shift``, the median over the configurations of the
-    clock's median over the breakdown step's, less 1; None where no run kept the clock. ``exposed``:
-    :func:`exposed_errors` of ``tables`` read on the breakdown steps (``wait_clock=False``)."""
+    clock's median over the breakdown step's, less 1; None where no run kept the clock."""
     if not len(exposed):
         return None
-    judged = exposed[(exposed.kind == "pipeline_parallel") & (exposed.instrument == "breakdown step")
-                     & exposed.clock_s.notna()]
+    judged = exposed[(exposed.kind == "pipeline_parallel") & exposed.ending_s.notna() & exposed.clock_s.notna()]
+    judged = judged.assign(instrument="breakdown step", stage=judged.steps_stage, predicted_s=judged.steps_predicted_s)
     keys = ["experiment", "config_hash"]
     runs = {"clock": clock_repeats(tables, judged), "breakdown": exposed_repeats(tables, judged)}
     kept = runs["clock"][keys].drop_duplicates().merge(runs["breakdown"][keys].drop_duplicates(), on=keys)
@@ -1219,8 +1231,8 @@ def wait_clock_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
 
     def told(x: dict) -> str:
         return (f"{x['rsd']:.1%}, the model's median / largest |error| {x['median']:.1%} / {x['largest']:.1%}")
-    return (f"over the {rule['configurations']} pipeline configurations the breakdown step judges, the repeats' exposed "
-            f"communication moves by a median relative standard deviation of {told(rule['clock'])}, read on the wait "
+    return (f"over the {rule['configurations']} pipeline configurations the breakdown step judges, the repeats' "
+            f"exposed communication moves by a median relative standard deviation of {told(rule['clock'])}, read on the wait "
             f"clock, and of {told(rule['breakdown'])}, read on the breakdown steps; the clock reads a median "
             f"{rule['shift']:+.1%} against the breakdown steps: the wait clock "
             + ("stands: a lower spread" if rule["stands"] else "does not stand: no lower spread"))
@@ -1435,8 +1447,9 @@ def instruments_sentence(exposed: pd.DataFrame) -> str:
     return (f"over {len(both)} configurations the communication step's waits differ from the breakdown step's "
             f"communication by a median of {apart:.0%}{stretch}; the model's median |error| is "
             f"{both.error.abs().median():.0%} against the goal's instrument and "
-            f"{both.error_tracked.abs().median():.0%} against the communication step; the goal's instrument is the "
-            f"breakdown step in {goal.get('breakdown step', 0)} of them and the communication step in "
+            f"{both.error_tracked.abs().median():.0%} against the communication step; the goal's instrument is "
+            + (f"the wait clock in {goal['wait clock']}, " if goal.get("wait clock") else "")
+            + f"the breakdown step in {goal.get('breakdown step', 0)} of them and the communication step in "
             f"{goal.get('communication step', 0)} (measured before its breakdown step saw the waits){rank}")
 
 

@@ -13,10 +13,10 @@ at m = 8, a few microseconds each); calls made inside another one of them count 
 Why a clock beside the profiler's breakdown (:mod:`distperf.measure.breakdown`): the profiler lengthens a pipeline's
 waits unevenly. On 6 December 2026, `small` on two stages, micro-batch 2, m = 8, rank 0 spent 40 ms of a profiled GPipe
 step inside communication against 29 ms under 1F1B (a median of ten steps each, two runs), while the same rank's
-unprofiled steps, read by wrapping torch's ``_batch_p2p`` and ``_wait_batch_p2p``, spent 19-23 ms under GPipe and
-18-20 ms under 1F1B: the profiled GPipe step posted receives that blocked for 5-7 ms each (``c10d::recv_``) while its
-neighbour's eight sends were pending, which its unprofiled steps did not. Whether the book's goal reads a pipeline's
-exposed communication on this clock is a rule declared before the build that judges it
+unprofiled steps, read by wrapping torch's ``_batch_p2p`` and ``_wait_batch_p2p``, spent 19-23 ms per step under
+GPipe and 18-20 ms under 1F1B (the mean over each run's nine steps): the profiled GPipe step posted receives that
+blocked for about 5-7 ms each (``c10d::recv_``) while its neighbour's eight sends were pending. Whether the book's
+goal reads a pipeline's exposed communication on this clock is a rule declared before the build that judges it
 (:func:`distperf.analysis.time_model.wait_clock_rule`).
 
 Only on gloo: under NCCL ``Work.wait`` returns once the GPU stream waits, not when the transfer is done.
