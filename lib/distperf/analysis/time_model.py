@@ -451,25 +451,33 @@ def exposed_repeats(tables: dict, exposed: pd.DataFrame, first_step: bool = Fals
     ``stage``, each rank's stage from the configuration's first repeat, which measured memory; with ``first_step``,
     of its first breakdown step alone), times the repeat's own iteration: the exposed communication's measurements one
     run at a time, for :func:`distperf.analysis.goal_floor.floor_table`."""
+    judged = exposed[exposed.instrument == "breakdown step"] if len(exposed) else exposed
+    return _run_by_run(tables, judged, "time_breakdown_s.window", lambda run, r: _ending_share(
+        run, r.stage, first_step) * float(run["iteration_time_s.median"]))
+
+
+def _run_by_run(tables: dict, judged: pd.DataFrame, column: str, read) -> pd.DataFrame:
+    """Per repeat that measured ``column``, of each configuration of ``judged`` (rows of :func:`exposed_errors`):
+    ``experiment``, ``config_hash``, ``strategy`` and ``measured_s``, ``read(run, row)`` (NaN: left out), each
+    rank's pipeline stage in ``run`` taken from the configuration's first repeat, which measured memory."""
     out = []
     stages = "memory_bytes.per_rank.pipeline_rank"
-    judged = exposed[exposed.instrument == "breakdown step"] if len(exposed) else exposed
     for r in judged.itertuples():
         table = tables.get(r.experiment)
-        if table is None or "config_hash" not in table or "time_breakdown_s.window" not in table:
+        if table is None or "config_hash" not in table or column not in table:
             continue
         runs = table[(table["config_hash"] == r.config_hash) & (table["status"] == "ok")]
         if "source" in runs:
             runs = runs[runs["source"] == "fresh"]
         placed = runs[stages].dropna() if stages in runs else []
-        for _, run in runs[runs["time_breakdown_s.window"].notna()].iterrows():
+        for _, run in runs[runs[column].notna()].iterrows():
             if len(placed):
                 run = run.copy()
                 run[stages] = placed.iloc[0]
-            share = _ending_share(run, r.stage, first_step)
-            if not np.isnan(share):
+            value = read(run, r)
+            if not np.isnan(value):
                 out.append({"experiment": r.experiment, "config_hash": r.config_hash, "strategy": r.strategy,
-                            "measured_s": share * float(run["iteration_time_s.median"])})
+                            "measured_s": value})
     return pd.DataFrame(out, columns=["experiment", "config_hash", "strategy", "measured_s"])
 
 
@@ -1127,16 +1135,34 @@ def breakdown_steps_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     out = {"configurations": len(kept)}
     for variant, found in runs.items():
         found = found.merge(kept, on=keys)
-        by = found.groupby(keys).measured_s
-        err = signed_error(predicted.reindex(by.median().index), by.median()).abs()
         floor = goal_floor.floor_table(found, goal)
         pooled = floor[floor.pool == "all"].iloc[0] if len(floor) else {}
-        out[variant] = {"rsd": float((by.std() / by.mean()).median()), "median": float(err.median()),
-                        "largest": float(err.max()), "floor_median": float(pooled.get("median", np.nan)),
+        out[variant] = {**_spread(found, predicted)[0], "floor_median": float(pooled.get("median", np.nan)),
                         "floor_largest": float(pooled.get("largest", np.nan)),
                         "meets": float(pooled.get("meets exposed communication", np.nan))}
     out["stands"] = bool(out["all"]["rsd"] < out["first"]["rsd"])
     return out
+
+
+def _spread(found: pd.DataFrame, predicted: pd.Series) -> tuple[dict, pd.Series]:
+    """({``rsd``, ``median``, ``largest``}, each configuration's median) of an instrument's repeats ``found`` (rows
+    of :func:`exposed_repeats`): the median over the configurations of their repeats' relative standard deviation,
+    and the median and largest |signed error| of ``predicted`` (indexed by experiment and config_hash) against the
+    repeats' medians."""
+    by = found.groupby(["experiment", "config_hash"]).measured_s
+    err = signed_error(predicted.reindex(by.median().index), by.median()).abs()
+    return ({"rsd": float((by.std() / by.mean()).median()), "median": float(err.median()),
+             "largest": float(err.max())}, by.median())
+
+
+def _told(x: dict) -> str:
+    """An instrument's spread and the model's errors against it (:func:`_spread`), and a perfect model's where
+    given, in words."""
+    told = f"{x['rsd']:.1%}, the model's median / largest |error| {x['median']:.1%} / {x['largest']:.1%}"
+    if "meets" in x:
+        told += (f", a perfect model's {x['floor_median']:.1%} / {x['floor_largest']:.1%}, meeting the goal in "
+                 f"{x['meets']:.0%} of simulated builds")
+    return told
 
 
 def breakdown_steps_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
@@ -1144,14 +1170,9 @@ def breakdown_steps_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
     rule = breakdown_steps_rule(tables, exposed)
     if rule is None:
         return "no run kept its breakdown steps one by one (tables measured before 6 December 2026)"
-
-    def told(x: dict) -> str:
-        return (f"{x['rsd']:.1%}, the model's median / largest |error| {x['median']:.1%} / {x['largest']:.1%}, a "
-                f"perfect model's {x['floor_median']:.1%} / {x['floor_largest']:.1%}, meeting the goal in "
-                f"{x['meets']:.0%} of simulated builds")
     return (f"over the {rule['configurations']} configurations the breakdown step judges, the repeats' exposed "
-            f"communication moves by a median relative standard deviation of {told(rule['all'])}, read over each "
-            f"run's breakdown steps, and of {told(rule['first'])}, read on each run's first step alone: all the "
+            f"communication moves by a median relative standard deviation of {_told(rule['all'])}, read over each "
+            f"run's breakdown steps, and of {_told(rule['first'])}, read on each run's first step alone: all the "
             "steps " + ("stand: a lower spread" if rule["stands"] else "do not stand: no lower spread"))
 
 
@@ -1160,26 +1181,8 @@ def clock_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
     ``experiment``, ``config_hash``, ``strategy`` and ``measured_s``, that repeat's clock on the rank that ends the
     iteration (:func:`_clock_s` at ``clock_stage``, each rank's stage from the configuration's first repeat, which
     measured memory), as :func:`exposed_repeats` reads the breakdown step one run at a time."""
-    out = []
-    stages = "memory_bytes.per_rank.pipeline_rank"
     judged = exposed[exposed.clock_s.notna()] if len(exposed) else exposed
-    for r in judged.itertuples():
-        table = tables.get(r.experiment)
-        if table is None or "config_hash" not in table or CLOCK not in table:
-            continue
-        runs = table[(table["config_hash"] == r.config_hash) & (table["status"] == "ok")]
-        if "source" in runs:
-            runs = runs[runs["source"] == "fresh"]
-        placed = runs[stages].dropna() if stages in runs else []
-        for _, run in runs[runs[CLOCK].notna()].iterrows():
-            if len(placed):
-                run = run.copy()
-                run[stages] = placed.iloc[0]
-            clock = _clock_s(run, int(r.clock_stage))
-            if not np.isnan(clock):
-                out.append({"experiment": r.experiment, "config_hash": r.config_hash, "strategy": r.strategy,
-                            "measured_s": clock})
-    return pd.DataFrame(out, columns=["experiment", "config_hash", "strategy", "measured_s"])
+    return _run_by_run(tables, judged, CLOCK, lambda run, r: _clock_s(run, int(r.clock_stage)))
 
 
 def goal_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
@@ -1215,11 +1218,7 @@ def wait_clock_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     predicted = {"clock": judged.set_index(keys).clock_predicted_s, "breakdown": judged.set_index(keys).predicted_s}
     out, medians = {"configurations": len(kept)}, {}
     for variant, found in runs.items():
-        by = found.merge(kept, on=keys).groupby(keys).measured_s
-        medians[variant] = by.median()
-        err = signed_error(predicted[variant].reindex(by.median().index), by.median()).abs()
-        out[variant] = {"rsd": float((by.std() / by.mean()).median()), "median": float(err.median()),
-                        "largest": float(err.max())}
+        out[variant], medians[variant] = _spread(found.merge(kept, on=keys), predicted[variant])
     out["shift"] = float((medians["clock"] / medians["breakdown"].reindex(medians["clock"].index) - 1).median())
     out["stands"] = bool(out["clock"]["rsd"] < out["breakdown"]["rsd"])
     return out
@@ -1230,12 +1229,9 @@ def wait_clock_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
     rule = wait_clock_rule(tables, exposed)
     if rule is None:
         return "no pipeline run kept the wait clock (tables measured before 6 December 2026)"
-
-    def told(x: dict) -> str:
-        return (f"{x['rsd']:.1%}, the model's median / largest |error| {x['median']:.1%} / {x['largest']:.1%}")
     return (f"over the {rule['configurations']} pipeline configurations the breakdown step judges, the repeats' "
-            f"exposed communication moves by a median relative standard deviation of {told(rule['clock'])}, read on the wait "
-            f"clock, and of {told(rule['breakdown'])}, read on the breakdown steps; the clock reads a median "
+            f"exposed communication moves by a median relative standard deviation of {_told(rule['clock'])}, read on "
+            f"the wait clock, and of {_told(rule['breakdown'])}, read on the breakdown steps; the clock reads a median "
             f"{rule['shift']:+.1%} against the breakdown steps: the wait clock "
             + ("stands: a lower spread" if rule["stands"] else "does not stand: no lower spread"))
 
