@@ -38,32 +38,18 @@ EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
 }
 
 
-def _repeats(text: str) -> int:
-    if not text.isdigit() or int(text) < 2:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 2, got {text!r}")
-    return int(text)
-
-
 def main(argv: list[str] | None = None) -> int:
+    from distperf import reference
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=_repeats, default=8, help="runs of each configuration (default 8)")
+    p.add_argument("--repeats", type=reference.at_least_two, default=8, help="runs of each configuration (default 8)")
     p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{NAME}.csv)")
     p.add_argument("--force", action="store_true", help="measure every run again where the table exists")
     args = p.parse_args(argv)
 
-    import pandas as pd
-
-    from distperf import reference, results
     from distperf.analysis import breakdown_noise
-    from distperf.runner.grid import Experiment
-    from distperf.runner.sweep import sweep
 
-    out = args.out or results.DATA / "reference" / results.machine_slug("cpu") / f"{NAME}.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    exp = Experiment.from_dict(EXPERIMENT, workdir=out.parent)
-    counts = sweep(exp, out, force=args.force, device="cpu", progress=False, repeats=args.repeats)
-    reference.record_table(out)
-    table = pd.read_csv(out, low_memory=False)
+    counts, table, out = reference.sweep_experiment(EXPERIMENT, args.out, args.repeats, args.force)
     print(f"{NAME}: {counts} -> {out}")
     print(breakdown_noise.noise(breakdown_noise.step_shares(table)).to_string(index=False,
                                                                              float_format="{:.1%}".format))

@@ -36,7 +36,8 @@ def _late_sender():
     restored = (PG.__dict__["send"], PG.__dict__["recv"], Work.__dict__["wait"]) == before
     after = clock.seconds
     dist.barrier()  # outside the clock: the wrappers are gone
-    return {"waited": waited, "restored": restored, "unchanged": clock.seconds == after, "got": float(x.sum())}
+    return {"waited": waited, "restored": restored, "unchanged": clock.seconds == after, "got": float(x.sum()),
+            "by_call": dict(clock.by_call), "seconds": clock.seconds}
 
 
 def test_the_wait_clock_counts_this_threads_sends_receives_and_waits():
@@ -45,6 +46,8 @@ def test_the_wait_clock_counts_this_threads_sends_receives_and_waits():
     assert late_waiter["waited"] >= LATE / 2  # rank 0 waited for the late sender, on its own thread
     assert sender["waited"] < late_waiter["waited"]  # the sender slept outside the clock's calls
     assert all(r["restored"] and r["unchanged"] for r in (late_waiter, sender))
+    assert late_waiter["by_call"]["wait"] >= LATE / 2 and late_waiter["by_call"]["recv"] < late_waiter["waited"]
+    assert all(sum(r["by_call"].values()) == pytest.approx(r["seconds"]) for r in (late_waiter, sender))
 
 
 class _Calls:
@@ -72,8 +75,10 @@ def test_the_clock_counts_its_own_thread_once_per_outermost_call():
         assert clock.seconds == 0.0
         calls.outer()  # inner inside outer counts once, with outer
         once = clock.seconds
+        assert clock.by_call == {"inner": 0.0, "outer": once}
         calls.inner()
     assert once >= 2 * _Calls.PAUSE and clock.seconds - once >= _Calls.PAUSE
+    assert clock.by_call["inner"] == clock.seconds - once and sum(clock.by_call.values()) == clock.seconds
     assert (_Calls.inner.__qualname__, _Calls.outer.__qualname__) == ("_Calls.inner", "_Calls.outer")  # restored
     seconds = clock.seconds
     calls.outer()
@@ -85,6 +90,8 @@ def test_the_clock_summary_is_the_median_of_the_timed_steps():
                                                                       "steps": [9.0, 5.0, 1.0, 3.0, 2.0]}
     assert wait_clock.summary([4.0, 6.0], warmup=2)["median"] == 5.0  # no step left after warm-up: all of them
     assert wait_clock.summary([], warmup=0)["median"] is None
+    calls = [{"send": 1.0, "wait": 8.0}, {"send": 2.0, "wait": 4.0}, {"send": 3.0, "wait": 6.0}]
+    assert wait_clock.summary([9.0, 6.0, 9.0], warmup=1, by_call=calls)["by_call"] == {"send": 2.5, "wait": 5.0}
 
 
 @pytest.mark.parametrize("distributed, backend, pp, kept", [

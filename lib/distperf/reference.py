@@ -183,12 +183,40 @@ def read_manifest(directory: Path) -> dict | None:
 def record_table(path: Path) -> None:
     """Where the table ``path`` lies in an archived reference directory (one with a manifest), set its entry there
     (a table an experiment script archives beside a build's: ``scripts/tp_drift.py``,
-    ``scripts/breakdown_steps.py``)."""
+    ``scripts/breakdown_steps.py``, ``scripts/pipeline_instruments.py``)."""
     path = Path(path)
     manifest = read_manifest(path.parent)
     if manifest is not None:
         manifest["tables"][path.name] = table_entry(read_table_bytes(path))
         atomic.write_text(path.parent / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def at_least_two(text: str) -> int:
+    """An argparse type: a whole number of runs of at least 2 (a spread needs two)."""
+    import argparse
+
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 2, got {text!r}")
+    return int(text)
+
+
+def sweep_experiment(experiment: dict, out: Path | None = None, repeats: int = 1, force: bool = False):
+    """Run a reference experiment on this machine's CPU (``experiment``: the keys of an experiment file,
+    :func:`distperf.runner.grid.Experiment.from_dict`), ``repeats`` runs of each configuration, into ``out`` (default
+    ``data/reference/<machine>/<name>.csv``; an existing table is resumed unless ``force``), and set its entry in that
+    directory's manifest (:func:`record_table`). Returns (the sweep's counts by status, the table, its path)."""
+    import pandas as pd
+
+    from . import results
+    from .runner.grid import Experiment
+    from .runner.sweep import sweep
+
+    out = Path(out) if out else results.DATA / "reference" / results.machine_slug("cpu") / f"{experiment['name']}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    counts = sweep(Experiment.from_dict(experiment, workdir=out.parent), out, force=force, device="cpu",
+                   progress=False, repeats=repeats)
+    record_table(out)
+    return counts, pd.read_csv(out, low_memory=False), out
 
 
 def check(directory: Path) -> list[str]:

@@ -30,7 +30,8 @@ import torch.distributed as dist
 
 
 class WaitClock:
-    """``with WaitClock() as clock:`` then ``clock.seconds`` (a running total; read it around each step). Wraps
+    """``with WaitClock() as clock:`` then ``clock.seconds`` (a running total; read it around each step) and
+    ``clock.by_call`` (the same by method: ``send`` and ``recv``, posting a transfer, and ``wait``). Wraps
     ``ProcessGroup.send``, ``ProcessGroup.recv`` and ``Work.wait`` while inside; counts the calls made on the thread
     that entered it."""
 
@@ -39,11 +40,12 @@ class WaitClock:
 
     def __init__(self):
         self.seconds = 0.0
+        self.by_call = {name: 0.0 for _, name in self.METHODS}
         self._thread = threading.get_ident()
         self._depth = 0
         self._originals: list = []
 
-    def _timed(self, original):
+    def _timed(self, original, name: str):
         def call(obj, *args, **kwargs):
             if threading.get_ident() != self._thread or self._depth:
                 return original(obj, *args, **kwargs)
@@ -52,7 +54,9 @@ class WaitClock:
             try:
                 return original(obj, *args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - start
+                spent = time.perf_counter() - start
+                self.seconds += spent
+                self.by_call[name] += spent
                 self._depth -= 1
 
         return call
@@ -62,7 +66,7 @@ class WaitClock:
         for cls, name in self.METHODS:
             # restored from the class's own dict: getattr unwraps pybind's method into a function that binds no self
             self._originals.append((cls, name, cls.__dict__[name]))
-            setattr(cls, name, self._timed(getattr(cls, name)))
+            setattr(cls, name, self._timed(getattr(cls, name), name))
         return self
 
     def __exit__(self, *exc):
@@ -77,10 +81,18 @@ def clocked(distributed: bool, backend: str | None, pp: int) -> bool:
     return distributed and pp > 1 and backend == "gloo"
 
 
-def summary(per_step: list[float], warmup: int) -> dict:
+def summary(per_step: list[float], warmup: int, by_call: list[dict] | None = None) -> dict:
     """A rank's clock: ``median`` over its timed steps after ``warmup`` (all when none is left, as the iteration's
-    median) and ``steps``, every step's seconds."""
+    median), ``steps``, every step's seconds, and with ``by_call`` (a dict per step: seconds per method,
+    :attr:`WaitClock.by_call`) ``by_call``, each method's median over the same steps (the medians need not add up to
+    the whole's)."""
     import statistics
 
-    timed = per_step[warmup:] or per_step
-    return {"median": statistics.median(timed) if timed else None, "steps": list(per_step)}
+    def median(values: list) -> float | None:
+        timed = values[warmup:] or values
+        return statistics.median(timed) if timed else None
+
+    out = {"median": median(per_step), "steps": list(per_step)}
+    if by_call:
+        out["by_call"] = {name: median([step[name] for step in by_call]) for name in by_call[0]}
+    return out

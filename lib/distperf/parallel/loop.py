@@ -145,7 +145,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     trainer = build_trainer(cfg, opts, device)
     batch = cfg.layout.global_batch
     barrier = distributed and trainer.flushes
-    losses, times, waits = [], [], []
+    losses, times, waits, calls = [], [], [], []
     before = probe_alone(distributed) if device.type == "cpu" else None  # the machine's speed around the steps
     clock = WaitClock() if wait_clock.clocked(distributed, dist.get_backend() if distributed else None,
                                               cfg.layout.pp) else None
@@ -157,11 +157,14 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
             _sync(device)
             if barrier:
                 step_barrier()
-            t0, waited = time.perf_counter(), clock.seconds if clock else 0.0
+            waited, called = (clock.seconds, dict(clock.by_call)) if clock else (0.0, {})
+            t0 = time.perf_counter()
             loss = trainer.step(x, y)
             _sync(device)
             times.append(time.perf_counter() - t0)
-            waits.append(clock.seconds - waited if clock else 0.0)
+            if clock:
+                waits.append(clock.seconds - waited)
+                calls.append({name: clock.by_call[name] - called[name] for name in called})
             losses.append(loss)
     trainer.finish()
     speed = probed(before, probe_alone(distributed)) if device.type == "cpu" else None
@@ -189,7 +192,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         peak = peaks
         if clock:
             clocks = [None] * dist.get_world_size()
-            dist.all_gather_object(clocks, wait_clock.summary(waits, opts.warmup))
+            dist.all_gather_object(clocks, wait_clock.summary(waits, opts.warmup, calls))
     global_losses = (held[:, 0] / held[:, 1]).tolist() if bool((held[:, 1] > 0).all()) else \
         [a / c if c else None for a, c in held.tolist()]
     timed = step_times.tolist()[opts.warmup:] or step_times.tolist()
@@ -214,6 +217,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     }
     if clock:  # a pipeline's sends, receives and waits on its timed steps, per rank (distperf.measure.wait_clock)
         result["wait_clock_s"] = {"per_rank": [c["median"] for c in clocks], "steps": [c["steps"] for c in clocks],
+                                  "by_call": [c.get("by_call") for c in clocks],
                                   "warmup_steps_excluded": len(step_times) - len(timed)}
     if parameters:
         result["parameters"] = trainer.full_parameters()

@@ -1,0 +1,64 @@
+"""A pipeline's communication on the wait clock and on the breakdown steps, run by run: an experiment on this
+machine, archived as reference data.
+
+    python scripts/pipeline_instruments.py                                   # 6 runs of 4 pipelines
+    python scripts/pipeline_instruments.py --repeats 2 --out /tmp/pipe.csv   # to try it
+
+The book reads a pipeline's exposed communication from its breakdown steps (the profiler:
+``distperf.measure.breakdown``); every pipeline run over gloo also keeps a wait clock on its timed steps, no profiler
+(``distperf.measure.wait_clock``: the seconds its thread spends posting sends and receives and waiting on them, in
+all and by call). This experiment puts the two side by side where the model misses most: the `small` model on two
+pipeline stages, micro-batch 2, GPipe and 1F1B at m = 4 and 8, each run in fresh processes through ``distperf run``
+(no memory or communication step), ``--repeats`` runs of each (default 6). It prints, per schedule, m and rank, the
+medians over the runs (``distperf.analysis.pipeline_instruments.compare``) and, priced with this machine's archived
+profile where there is one, the model's exposed communication and bubble of the rank that ends the iteration.
+
+Writes ``data/reference/<machine>/pipeline_instruments.csv`` (a row per run, with provenance, as ``distperf sweep``
+writes them; an existing table is resumed, ``--force`` measures again) and its entry in that directory's manifest;
+the chapter "Where the time goes" reads it. Exit status 0 on success, 1 when a run failed, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+from distperf import reference  # noqa: E402
+from distperf.analysis import pipeline_instruments as pi  # noqa: E402
+
+EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
+    "name": pi.NAME,
+    "command": "run",
+    "timeout": 300,
+    "env": {"OMP_NUM_THREADS": 1},  # one thread per rank, as the book's runs
+    "base": {"model": "small", "pp": 2, "micro-batch": 2, "steps": 7, "warmup": 2, "device": "cpu",
+             "hardware": "none", "measure": False},
+    "grid": {"schedule": ["gpipe", "1f1b"], "microbatches": [4, 8]},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=reference.at_least_two, default=6, help="runs of each configuration (default 6)")
+    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{pi.NAME}.csv)")
+    p.add_argument("--force", action="store_true", help="measure every run again where the table exists")
+    args = p.parse_args(argv)
+
+    from distperf import results
+    from distperf.hardware import load_profile
+
+    counts, table, out = reference.sweep_experiment(EXPERIMENT, args.out, args.repeats, args.force)
+    print(f"{pi.NAME}: {counts} -> {out}")
+    profile = results.DATA / "reference" / results.machine_slug("cpu") / "hardware.json"
+    hw = load_profile(profile) if profile.exists() else None
+    compared = pi.compare(pi.per_run(table), pi.predictions(table, hw))
+    print(compared.to_string(index=False, float_format="{:.4f}".format))
+    print(pi.sentence(compared))
+    return 1 if any(n for status, n in counts.items() if status not in ("ok", "done")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
