@@ -19,7 +19,6 @@ chapter reads it. Exit status 0 on success, 1 when a run failed, 2 on bad input.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -40,20 +39,13 @@ EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
 
 def main(argv: list[str] | None = None) -> int:
     from distperf import reference
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=reference.at_least_two, default=8, help="runs of each configuration (default 8)")
-    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{NAME}.csv)")
-    p.add_argument("--force", action="store_true", help="measure every run again where the table exists")
-    args = p.parse_args(argv)
-
     from distperf.analysis import breakdown_noise
 
-    counts, table, out = reference.sweep_experiment(EXPERIMENT, args.out, args.repeats, args.force)
-    print(f"{NAME}: {counts} -> {out}")
-    print(breakdown_noise.noise(breakdown_noise.step_shares(table)).to_string(index=False,
-                                                                             float_format="{:.1%}".format))
-    return 1 if any(n for status, n in counts.items() if status not in ("ok", "done")) else 0
+    def report(table) -> str:
+        return breakdown_noise.noise(breakdown_noise.step_shares(table)).to_string(index=False,
+                                                                                  float_format="{:.1%}".format)
+
+    return reference.experiment_main(EXPERIMENT, __doc__.splitlines()[0], argv, 8, report)
 
 
 if __name__ == "__main__":

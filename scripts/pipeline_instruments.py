@@ -19,7 +19,6 @@ the chapter "Where the time goes" reads it. Exit status 0 on success, 1 when a r
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -41,23 +40,16 @@ EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=reference.at_least_two, default=6, help="runs of each configuration (default 6)")
-    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{pi.NAME}.csv)")
-    p.add_argument("--force", action="store_true", help="measure every run again where the table exists")
-    args = p.parse_args(argv)
-
     from distperf import results
     from distperf.hardware import load_profile
 
-    counts, table, out = reference.sweep_experiment(EXPERIMENT, args.out, args.repeats, args.force)
-    print(f"{pi.NAME}: {counts} -> {out}")
-    profile = results.DATA / "reference" / results.machine_slug("cpu") / "hardware.json"
-    hw = load_profile(profile) if profile.exists() else None
-    compared = pi.compare(pi.per_run(table), pi.predictions(table, hw))
-    print(compared.to_string(index=False, float_format="{:.4f}".format))
-    print(pi.sentence(compared))
-    return 1 if any(n for status, n in counts.items() if status not in ("ok", "done")) else 0
+    def report(table) -> str:
+        profile = results.DATA / "reference" / results.machine_slug("cpu") / "hardware.json"
+        compared = pi.compare(pi.per_run(table), pi.predictions(table, load_profile(profile) if profile.exists()
+                                                                 else None))
+        return compared.to_string(index=False, float_format="{:.4f}".format) + "\n" + pi.sentence(compared)
+
+    return reference.experiment_main(EXPERIMENT, __doc__.splitlines()[0], argv, 6, report)
 
 
 if __name__ == "__main__":

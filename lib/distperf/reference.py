@@ -219,6 +219,25 @@ def sweep_experiment(experiment: dict, out: Path | None = None, repeats: int = 1
     return counts, pd.read_csv(out, low_memory=False), out
 
 
+def experiment_main(experiment: dict, description: str, argv: list[str] | None, repeats: int, report) -> int:
+    """The command line of a reference experiment script (``--repeats``, at least 2, default ``repeats``; ``--out``;
+    ``--force``): runs it (:func:`sweep_experiment`), prints its counts and ``report(table)``. Exit status 0 on
+    success, 1 when a run failed (2 on bad input, from argparse)."""
+    import argparse
+
+    name = experiment["name"]
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--repeats", type=at_least_two, default=repeats, help=f"runs of each configuration (default "
+                                                                         f"{repeats})")
+    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{name}.csv)")
+    p.add_argument("--force", action="store_true", help="measure every run again where the table exists")
+    args = p.parse_args(argv)
+    counts, table, out = sweep_experiment(experiment, args.out, args.repeats, args.force)
+    print(f"{name}: {counts} -> {out}")
+    print(report(table))
+    return 1 if any(n for status, n in counts.items() if status not in ("ok", "done")) else 0
+
+
 def check(directory: Path) -> list[str]:
     """What differs between ``directory`` and its manifest: a table or profile missing, unlisted, or whose
     content hash or row count changed. Empty when they agree (or when there is no manifest)."""
