@@ -62,7 +62,10 @@ ARCHIVED = ROOT / "data" / "reference" / "cpu-2c"
 def test_the_archived_experiment_is_priced_on_the_rank_that_ends_the_iteration():
     from distperf.hardware import load_profile
 
-    table = pd.read_csv(ARCHIVED / f"{pi.NAME}.csv", low_memory=False)
+    from distperf import results
+
+    table = results.load(pi.NAME, archived=True)  # as the chapter reads it: with a source column
+    assert "source" in table and set(table.source) == {"reference"}
     predicted = pi.predictions(table, load_profile(ARCHIVED / "hardware.json"))
     assert sorted(zip(predicted.schedule, predicted.microbatches)) == [("1f1b", 4), ("1f1b", 8), ("gpipe", 4),
                                                                       ("gpipe", 8)]

@@ -68,7 +68,10 @@ def _frame(tables: dict) -> pd.DataFrame:
     for name, table in tables.items():
         if table is None or not len(table):
             continue
-        runs = rows.ok(table[table["source"] == "fresh"] if "source" in table else table)
+        runs = table[table["source"] == "fresh"] if "source" in table else table
+        if not len(runs):  # a table of archived runs alone: none of this build's
+            continue
+        runs = rows.ok(runs)
         runs = runs[runs["iteration_time_s.median"].notna()]
         if len(runs):
             runs = runs.assign(experiment=name)
