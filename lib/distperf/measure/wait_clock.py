@@ -16,8 +16,10 @@ step inside communication against 29 ms under 1F1B (a median of ten steps each, 
 unprofiled steps, read by wrapping torch's ``_batch_p2p`` and ``_wait_batch_p2p``, spent 19-23 ms per step under
 GPipe and 18-20 ms under 1F1B (the mean over each run's nine steps): the profiled GPipe step posted receives that
 blocked for about 5-7 ms each (``c10d::recv_``) while its neighbour's eight sends were pending. Whether the book's
-goal reads a pipeline's exposed communication on this clock is a rule declared before the build that judges it
-(:func:`distperf.analysis.time_model.wait_clock_rule`).
+goal reads a pipeline's exposed communication on this clock was a rule declared before the build that judged it
+(:func:`distperf.analysis.time_model.wait_clock_rule`): on afd1f12 it did not stand (the clock's repeats spread more),
+so the goal stays on the breakdown steps and the clock is reported beside them; over six runs each of GPipe and 1F1B
+(``scripts/pipeline_instruments.py``) the breakdown steps read more than the clock on most runs of both schedules.
 
 Only on gloo: under NCCL ``Work.wait`` returns once the GPU stream waits, not when the transfer is done.
 """
@@ -41,7 +43,7 @@ class WaitClock:
     def __init__(self):
         self.seconds = 0.0
         self.by_call = {name: 0.0 for _, name in self.METHODS}
-        self._thread = threading.get_ident()
+        self._thread = None  # the thread that enters it
         self._depth = 0
         self._originals: list = []
 

@@ -39,7 +39,6 @@ from .. import atomic
 from ..config import Config, RunOptions, needs_distributed
 from ..measure import wait_clock
 from ..measure.speed import probe_alone, probed
-from ..measure.wait_clock import WaitClock
 from ..tokens import make_source
 from .common import Trainer
 from .mesh import build_mesh, init_distributed, rank_device
@@ -147,7 +146,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     barrier = distributed and trainer.flushes
     losses, times, waits, calls = [], [], [], []
     before = probe_alone(distributed) if device.type == "cpu" else None  # the machine's speed around the steps
-    clock = WaitClock() if wait_clock.clocked(distributed, dist.get_backend() if distributed else None,
+    clock = wait_clock.WaitClock() if wait_clock.clocked(distributed, dist.get_backend() if distributed else None,
                                               cfg.layout.pp) else None
     with clock or contextlib.nullcontext():
         for step in range(opts.steps):
