@@ -5,23 +5,24 @@
 Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, or the archive with
 ``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy
 probes and whether they settled, and both modes priced with that profile and with the one the earlier rule gives from
-the same calibration; the runs that recompute with and without the checkpoint's constants; the FSDP2 unit table's and
-the waits for the slowest rank's rules; how far the rounds of the tensor-parallel path constants and of the pipeline
-action constants move those runs' profiled errors; whether DTensor's cost per byte of a collective's message stands
-(:func:`distperf.analysis.time_model.tp_bytes_rule`) and whether its split into a part inside the collectives and one
-outside stands, and the pipeline engines' (:func:`~distperf.analysis.time_model.wait_rule`); whether the exposed
-communication reads each run's five breakdown steps or its first
-(:func:`~distperf.analysis.time_model.breakdown_steps_rule`); the median and largest |signed error| of the
-analytical and profiled modes over the held-out configurations and of the exposed communication per kind, against the
-goals
-(:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between the repeats of a
-configuration; what a perfect model would score against these measurements (:mod:`distperf.analysis.goal_floor`) and
-which misses lie outside their measured median's interval (:func:`distperf.analysis.time_model.beyond_noise`); how the
-two instruments of exposed communication compare; the exposed communication's errors per kind; each strategy's median
-signed error in both modes; and both modes' median and largest |error| in the chapter's variants that price each run at
-the calibration's speed or with its own contention. The chapter itself reads a default build's long studies from the
-archive; this reads only what the build measured, and names the tables it lacks (a default build at ``cpu`` leaves the
-long studies out: ``make data LONG=measure`` measures them).
+the same calibration; whether the issued all-reduce's fit takes its point at DDP's bucket
+(:func:`distperf.analysis.time_model.bucket_point_rule`); the runs that recompute with and without the checkpoint's
+constants; the FSDP2 unit table's and the waits for the slowest rank's rules; how far the rounds of the tensor-parallel
+path constants and of the pipeline action constants move those runs' profiled errors; whether DTensor's cost per byte
+of a collective's message stands (:func:`distperf.analysis.time_model.tp_bytes_rule`) and whether its split into a part
+inside the collectives and one outside stands, and the pipeline engines'
+(:func:`~distperf.analysis.time_model.wait_rule`); whether the exposed communication reads each run's five breakdown
+steps or its first (:func:`~distperf.analysis.time_model.breakdown_steps_rule`); the median and largest |signed error|
+of the analytical and profiled modes over the held-out configurations and of the exposed communication per kind,
+against the goals (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between
+the repeats of a configuration; what a perfect model would score against these measurements
+(:mod:`distperf.analysis.goal_floor`) and which misses lie outside their measured median's interval
+(:func:`distperf.analysis.time_model.beyond_noise`); how the two instruments of exposed communication compare; the
+exposed communication's errors per kind; each strategy's median signed error in both modes; and both modes' median and
+largest |error| in the chapter's variants that price each run at the calibration's speed or with its own contention.
+The chapter itself reads a default build's long studies from the archive; this reads only what the build measured, and
+names the tables it lacks (a default build at ``cpu`` leaves the long studies out: ``make data LONG=measure`` measures
+them).
 """
 from __future__ import annotations
 
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print("Calibration's noisy probes: " + tm.rounds_sentence(side) + ".")
     print("The two rules: " + tm.rounds_rule_sentence(tables, hw, side) + ".")
     print("The two overlap probes: " + tm.overlap_rule_sentence(tables, hw, side) + ".")
+    print("The all-reduce at DDP's bucket: " + tm.bucket_point_rule_sentence(tables, hw, side) + ".")
     print("Recomputation's checkpoint: " + tm.recompute_rule_sentence(tables, hw) + ".")
     print("FSDP2's units by size: " + tm.fsdp_units_rule_sentence(tables, hw, side) + ".")
     print("Waiting for the slowest rank: " + tm.skew_rule_sentence(tables, hw, side) + ".")

@@ -775,3 +775,43 @@ def test_the_wait_clock_rule_keeps_the_instrument_whose_repeats_spread_less(stea
     older = {name: t.drop(columns=["wait_clock_s.per_rank"]) for name, t in tables_.items()}
     assert tm.wait_clock_rule(older, tm.exposed_errors(older, HW)) is None
     assert tm.wait_clock_rule_sentence(older, tm.exposed_errors(older, HW)).startswith("no pipeline run kept")
+
+
+@pytest.mark.parametrize("truth", [True, False])
+def test_the_bucket_point_stands_where_the_all_reduce_at_ddps_bucket_prices_the_runs(truth):
+    """Issued all-reduces to 4 MiB at 100 MB/s and one at DDP's bucket at 20 MB/s; a data-parallel run of the medium
+    preset measured as the fit with the point prices it, or as the fit without: the point stands only in the first."""
+    from distperf.analysis import rows as rows_mod
+    from distperf.cost.collectives import ring_terms
+    from distperf.measure.rounds import ISSUED_LARGEST, profile_from_rounds
+
+    def timed(n, beta):
+        steps, volume = ring_terms("all-reduce", 2, n)
+        return {"collective": "all-reduce", "ranks": 2, "bytes": n, "seconds": steps * 1e-4 + volume / beta}
+
+    bucket = ISSUED_LARGEST["all-reduce"]
+    paths = {"plain_layer_s": 0.01, "tp_layer_s": 0.03, "tp_sp_layer_s": 0.03, "plain_stack_s": 0.02,
+             "fsdp_stack_s": 0.05}
+    side = {"ranks": 2, "conditions": {
+        "issued_rounds": [[timed(n, 1e8) for n in (4, 1024, 65536, 1 << 22)] + [timed(bucket, 2e7)]] * 3,
+        "path_rounds": [paths] * 3, "contention_rounds": [{"memory": 1.0, "compute": 1.0}] * 3}}
+    hw = replace(HW, kernels=replace(HW.kernels, overlap=0.0),  # nothing hides the all-reduce
+                 collectives=tuple((kind, 1e-4, 1e9) for kind in ("all-gather", "all-reduce", "reduce-scatter",
+                                                                   "send")),
+                 collectives_on=(HW.intra_latency, HW.intra_bandwidth))
+    true = profile_from_rounds(hw, side, bucket=truth)
+    dp = row("medium", 1.0, 1.0, hw=true, dp=2)
+    exposed = predict(rows_mod.config_of_row(pd.Series(dp)), true)["time_s"]["communication_exposed"]
+    runs = {"regimes": pd.DataFrame([{**dp, "communication.exposed_s.data_parallel": exposed}])}
+    found = tm.bucket_point_rule(runs, hw, side)
+    assert found["stands"] is truth and found["with"]["runs"] == found["without"]["runs"] == 1
+    assert found["with"]["beta"] < found["without"]["beta"] and found["point_bytes"] == bucket
+    assert found["with" if truth else "without"]["exposed"] == pytest.approx(0.0, abs=1e-9)
+    sentence = tm.bucket_point_rule_sentence(runs, hw, side)
+    assert sentence.startswith("the issued all-reduce of 25 MiB took") and "(the sizes to 4 MiB)" in sentence
+    assert sentence.endswith("stands: a lower exposed median and neither mode's median higher") is truth
+    older = {**side, "conditions": {**side["conditions"], "issued_rounds": [r[:-1] for r in
+                                                                            side["conditions"]["issued_rounds"]]}}
+    assert tm.bucket_point_rule(runs, hw, older) is None
+    assert tm.bucket_point_rule_sentence(runs, hw, older) == ("this calibration did not time the all-reduce at DDP's "
+                                                              "default bucket")

@@ -66,6 +66,13 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     rounds = side["conditions"]["rounds"]  # a quick calibration runs one round of the noisy probes
     assert rounds["rounds"] == 1 and len(side["conditions"]["issued_rounds"]) == 1 and not rounds["settled"]
     assert side["conditions"]["issued"] == side["conditions"]["issued_rounds"][0]
+    from distperf.measure.rounds import BUCKET_IN_FIT, ISSUED_LARGEST
+
+    largest = {r["collective"]: r["bytes"] for r in side["conditions"]["issued"] if r["bytes"] > 1 << 22}
+    assert largest == ISSUED_LARGEST  # the all-reduce timed at DDP's bucket too; the fit takes it by the rule
+    assert side["issued_fits"]["all-reduce"]["all"]["points"] == sum(
+        r["collective"] == "all-reduce" and r["seconds"] > 0 and (BUCKET_IN_FIT or r["bytes"] < largest["all-reduce"])
+        for r in side["conditions"]["issued"]) or "note" in side["issued_fits"]["all-reduce"]
     overlap, = side["conditions"]["overlap_rounds"]  # DDP's default bucket, with the 1 MiB rule's beside it
     assert overlap["bucket_bytes"] == 25 * 2**20 and overlap["collective_s"] > 0 and overlap["burst_s"] > 0
     assert 0 <= overlap["overlap_1mib"] <= 1 and hw.kernels.overlap == overlap["overlap"]

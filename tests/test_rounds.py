@@ -141,3 +141,28 @@ def test_the_part_of_dtensors_cost_inside_its_collectives_is_recovered_from_prof
     assert tensor_parallel_waits(less, hw, 2) == {"tp_collective_wait_s": 0.0, "tp_sp_collective_wait_s": 0.0}
     timed_only = {k: v for k, v in paths.items() if k.endswith("_step_s")}  # a calibration before 5 December 2026
     assert tensor_parallel_waits(timed_only, hw, 2) == {}
+
+
+def test_the_all_reduce_at_ddps_bucket_enters_the_fit_only_by_the_rule():
+    from dataclasses import replace
+
+    from distperf.hardware import PRESETS
+
+    from test_kernels import synthetic_costs
+
+    bucket = rd.ISSUED_LARGEST["all-reduce"]
+    steps, volume = ring_terms("all-reduce", 2, bucket)
+    slow = {"collective": "all-reduce", "ranks": 2, "bytes": bucket, "seconds": steps * 1e-4 + volume / 2e8}
+    rows = issued(1e-4, 1e9) + [slow]
+    assert rd.fitted_rows(rows, bucket=False) == rows[:-1] and rd.fitted_rows(rows, bucket=True) == rows
+    assert rd.fitted_rows(rows) == (rows if rd.BUCKET_IN_FIT else rows[:-1])
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(), collectives=tuple((kind, 5e-4, 1e9) for kind in (
+        "all-gather", "all-reduce", "reduce-scatter", "send")))
+    paths = [{"plain_layer_s": 0.01, "tp_layer_s": 0.03, "tp_sp_layer_s": 0.03, "plain_stack_s": 0.02,
+              "fsdp_stack_s": 0.05}] * 3
+    side = {"ranks": 2, "conditions": {"issued_rounds": [rows] * 3, "path_rounds": paths,
+                                       "contention_rounds": [{"memory": 1.0, "compute": 1.0}] * 3}}
+    beta = {bucket: dict((k, b) for k, _, b in rd.profile_from_rounds(hw, side, bucket=bucket).collectives)
+            ["all-reduce"] for bucket in (False, True)}
+    assert beta[False] == pytest.approx(1e9, rel=1e-6) and beta[True] < 0.9e9  # the slow bucket pulls β down
+    assert rd.watched([rows] * 2, [])["all-reduce beta"] == pytest.approx(beta[rd.BUCKET_IN_FIT])

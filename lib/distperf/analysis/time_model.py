@@ -807,6 +807,7 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
     from the rounds' median times). Empty without rounds."""
     from ..measure.alpha_beta import fit_collectives
     from ..measure.path_fits import with_path_constants
+    from ..measure.rounds import fitted_rows
 
     columns = ["constant", "unit", "rounds", "min", "median", "max", "profile"]
     conditions = sidecar_conditions(side)
@@ -828,7 +829,7 @@ def path_rounds(side: dict | None, hw) -> pd.DataFrame:
         if seen:
             out.append((name, unit, len(seen), min(seen), float(np.median(seen)), max(seen),
                         getattr(hw.kernels, name) * scale))
-    issued = [fit_collectives(rows) for rows in conditions.get("issued_rounds") or []]
+    issued = [fit_collectives(fitted_rows(rows)) for rows in conditions.get("issued_rounds") or []]
     for kind, alpha, _ in hw.collectives:
         seen = [fits[kind]["all"]["alpha"] * 1e6 for fits in issued if kind in fits]
         if seen:
@@ -910,6 +911,73 @@ def overlap_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     return (f"with the overlap of DDP's default bucket ({hw.kernels.overlap + 0.0:.2f}, the median of {len(rounds)} "
             f"rounds), the held-out runs' median |error| is {now}; with the 1 MiB probe's ({earlier:.2f}), {then}: "
             f"the data-parallel runs' profiled error is {verdict}")
+
+
+def bucket_point_rule(tables: dict, hw, side: dict | None) -> dict | None:
+    """The issued all-reduce's α-β fit with and without its point at DDP's default bucket
+    (:data:`distperf.measure.rounds.ISSUED_LARGEST`), both from the same calibration's rounds
+    (:func:`~distperf.measure.rounds.profile_from_rounds`): per variant, ``with`` and ``without``, the all-reduce's
+    ``alpha`` and ``beta``, the held-out data-parallel runs' exposed communication median |error| (``exposed``,
+    :func:`exposed_errors`; NaN without such a run) and their count (``runs``), and both modes' median |error| over
+    every held-out run (``analytical``, ``profiled``); ``point_s``, the rounds' median time of the point; and
+    ``stands``, the rule declared before the build that judges it (:data:`distperf.measure.rounds.BUCKET_IN_FIT`):
+    the point stands if, with it, the data-parallel runs' exposed communication has a lower median |error| and
+    neither mode's median |error| over the held-out runs is higher. None where the calibration did not time the
+    point."""
+    from ..measure.rounds import ISSUED_LARGEST, median_rows, profile_from_rounds
+
+    if hw is None or hw.kernels is None:
+        return None
+    points = [r for r in median_rows(sidecar_conditions(side).get("issued_rounds") or [])
+              if r["bytes"] >= ISSUED_LARGEST.get(r["collective"], np.inf)]
+    if not points:
+        return None
+    point = points[0]
+    below = max((r["bytes"] for r in median_rows(sidecar_conditions(side)["issued_rounds"])
+                 if r["collective"] == point["collective"] and r["bytes"] < point["bytes"]), default=0)
+    out = {"point_s": point["seconds"], "point_bytes": point["bytes"], "below_bytes": below}
+    for name, bucket in (("with", True), ("without", False)):
+        try:
+            priced = profile_from_rounds(hw, side, bucket=bucket)
+        except ValueError:
+            return None
+        e, x = errors(tables, priced), exposed_errors(tables, priced)
+        dp = x[x.kind == "data_parallel"]
+        alpha, beta = next((a, b) for kind, a, b in priced.collectives if kind == "all-reduce")
+        out[name] = {"alpha": alpha, "beta": beta, "runs": len(dp),
+                     "exposed": float(dp.error.abs().median()) if len(dp) else np.nan,
+                     **{mode: float(e[mode].abs().median()) for mode in MODES}}
+    w, wo = out["with"], out["without"]
+    out["stands"] = bool(w["exposed"] < wo["exposed"] and all(w[mode] <= wo[mode] for mode in MODES))
+    return out
+
+
+def bucket_point_rule_sentence(tables: dict, hw, side: dict | None) -> str:
+    """:func:`bucket_point_rule` in words."""
+    found = bucket_point_rule(tables, hw, side)
+    if found is None:
+        return "this calibration did not time the all-reduce at DDP's default bucket"
+
+    def told(x: dict) -> str:
+        exposed = (f"the {x['runs']} held-out data-parallel runs' exposed communication {x['exposed']:.1%} median "
+                   f"|error|" if x["runs"] else "no held-out data-parallel run's exposed communication to judge")
+        return (f"α {x['alpha'] * 1e6:.0f} µs, β {x['beta'] / 1e9:.2f} GB/s: {exposed}; the held-out runs' median "
+                f"|error| analytical {x['analytical']:.1%}, profiled {x['profiled']:.1%}")
+
+    verdict = ("stands: a lower exposed median and neither mode's median higher" if found["stands"] else
+               "does not stand: " + ("no data-parallel run to judge it on" if not found["with"]["runs"] else
+                                     "not a lower exposed median with neither mode's median higher"))
+    return (f"the issued all-reduce of {_mib(found['point_bytes'])} took {found['point_s'] * 1e3:.1f} ms (the rounds' "
+            f"median); with that point in the all-reduce's fit, {told(found['with'])}; without it (the sizes "
+            f"to {_mib(found['below_bytes'])}), {told(found['without'])}: the bucket's point {verdict}")
+
+
+def _mib(nbytes: float) -> str:
+    """Bytes in the largest binary unit that keeps a whole number (4 MiB, 256 KiB, 8 B)."""
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size and nbytes % size == 0:
+            return f"{nbytes // size:.0f} {unit}"
+    return f"{nbytes:.0f} B"
 
 
 def recompute_pairs(tables: dict, hw, errs: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -65,8 +65,8 @@ from .alpha_beta import fit_collectives, fit_issued
 from .path_fits import (FSDP_UNIT_HIDDENS, FSDP_UNIT_HIDDENS_QUICK, PATH_PROBE, PATH_UNITS, PIPE_MICROBATCHES,
                         PIPE_PROBES, STEP_FIT_MODEL, TP_FIT_BATCHES, tensor_parallel_fits, with_path_constants)
 from .profiles import sidecar_path
-from .rounds import (ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, least_contention, median_rows,
-                     moves, settled)
+from .rounds import (ISSUED_LARGEST, ROUNDS_BUDGET_S, ROUNDS_MAX, ROUNDS_MIN, SETTLED, another_round, fitted_rows,
+                     least_contention, median_rows, moves, settled)
 from .speed import slowest
 
 SIZES_FULL = (64, 128, 256, 512, 1024, 2048)
@@ -360,7 +360,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
         base = per_iteration(lambda: None)
         rows = []
         for collective in COLLECTIVES:
-            for nbytes in sizes:
+            for nbytes in sizes + ((ISSUED_LARGEST[collective],) if collective in ISSUED_LARGEST else ()):
                 numel = max(world, (nbytes // 4) // world * world)
                 buf, part = torch.ones(numel), torch.ones(numel // world)
                 if collective == "all-reduce":
@@ -765,7 +765,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
         log(f"collectives as a step issues them, and contention, on {ranks} ranks")
         conditions = training_conditions(ranks, MESSAGE_BYTES_QUICK if quick else MESSAGE_BYTES_FULL[::2],
                                           reps=5 if quick else 15, timeout=timeout)
-        issued_fits = fit_issued(conditions["issued"], fits)
+        issued_fits = fit_issued(fitted_rows(conditions["issued"]), fits)
         kernels["contention"] = conditions["contention"]
         log(f"waiting for the slowest rank, on {ranks} ranks")
         from .skew import SKEW_BURSTS, SKEW_BURSTS_QUICK, SKEW_UNITS, SKEW_UNITS_QUICK, skew_waits
