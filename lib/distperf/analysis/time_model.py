@@ -922,8 +922,8 @@ def bucket_point_rule(tables: dict, hw, side: dict | None) -> dict | None:
     every held-out run (``analytical``, ``profiled``); ``point_s``, the rounds' median time of the point; and
     ``stands``, the rule declared before the build that judges it (:data:`distperf.measure.rounds.BUCKET_IN_FIT`):
     the point stands if, with it, the data-parallel runs' exposed communication has a lower median |error| and
-    neither mode's median |error| over the held-out runs is higher. None where the calibration did not time the
-    point."""
+    neither mode's median |error| over the held-out runs is higher. It did not stand on the build that judged it
+    (1237e08). None where the calibration did not time the point."""
     from ..measure.rounds import ISSUED_LARGEST, median_rows, profile_from_rounds
 
     if hw is None or hw.kernels is None:

@@ -146,8 +146,8 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     barrier = distributed and trainer.flushes
     losses, times, waits, calls = [], [], [], []
     before = probe_alone(distributed) if device.type == "cpu" else None  # the machine's speed around the steps
-    clock = wait_clock.WaitClock() if wait_clock.clocked(distributed, dist.get_backend() if distributed else None,
-                                              cfg.layout.pp) else None
+    backend = dist.get_backend() if distributed else None
+    clock = wait_clock.WaitClock() if wait_clock.clocked(distributed, backend, cfg.layout.pp) else None
     with clock or contextlib.nullcontext():
         for step in range(opts.steps):
             _fault(step)
@@ -201,7 +201,7 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
         "options": {**asdict(opts), "device": device.type},
         "data": source.describe(),
         "world_size": cfg.layout.world_size,
-        "backend": dist.get_backend() if distributed else None,
+        "backend": backend,
         "torch": torch.__version__,
         "losses": global_losses,
         "held_out_loss": held_out,
