@@ -928,13 +928,12 @@ def bucket_point_rule(tables: dict, hw, side: dict | None) -> dict | None:
 
     if hw is None or hw.kernels is None:
         return None
-    points = [r for r in median_rows(sidecar_conditions(side).get("issued_rounds") or [])
-              if r["bytes"] >= ISSUED_LARGEST.get(r["collective"], np.inf)]
-    if not points:
+    measured = median_rows(sidecar_conditions(side).get("issued_rounds") or [])
+    point = next((r for r in measured if r["bytes"] >= ISSUED_LARGEST.get(r["collective"], np.inf)), None)
+    if point is None:
         return None
-    point = points[0]
-    below = max((r["bytes"] for r in median_rows(sidecar_conditions(side)["issued_rounds"])
-                 if r["collective"] == point["collective"] and r["bytes"] < point["bytes"]), default=0)
+    below = max((r["bytes"] for r in measured if r["collective"] == point["collective"] and r["bytes"] < point["bytes"]),
+                default=0)
     out = {"point_s": point["seconds"], "point_bytes": point["bytes"], "below_bytes": below}
     for name, bucket in (("with", True), ("without", False)):
         try:
