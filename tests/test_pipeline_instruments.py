@@ -41,8 +41,17 @@ def test_each_rank_of_each_run_is_read_on_both_instruments():
     assert pi.contrast(compared) == "the breakdown steps read more than the clock in 2 of 4 runs' ranks"  # one schedule
     both = pd.concat([compared, compared.assign(schedule="1f1b", clock_s=compared.clock_s / 2,
                                                 predicted_s=compared.predicted_s / 2)])
-    assert pi.contrast(both).endswith("the clock of the rank that ends the iteration reads +20.0 ms under gpipe "
-                                      "against 1f1b (iterations 100.0 and 100.0 ms), where the model prices +10.0 ms")
+    assert ("the clock of the rank that ends the iteration reads +20.0 ms under gpipe against 1f1b (iterations 100.0 "
+            "and 100.0 ms), where the model prices +10.0 ms; in the breakdown steps' own seconds") in pi.contrast(both)
+    assert rank0.own_s == pytest.approx(0.65) and rank0.steps_comm_s == pytest.approx(0.35)  # of a 1 s window
+    assert pi.contrast(both).endswith("rank 0 +0.0 ms of own work and +0.0 ms of communication, rank 1 +0.0 ms of own "
+                                      "work and +0.0 ms of communication; the rank whose own work bounds the iteration "
+                                      "(rank 1) did no more work under gpipe")
+    waited = pd.concat([compared.assign(steps_comm_s=compared.steps_comm_s + 0.01), both.iloc[len(compared):]])
+    assert pi.contrast(waited).endswith("did no more work under gpipe and waited longer: the extra waiting lies in the "
+                                        "schedule's dependencies, not in slower work")
+    slower = pd.concat([compared.assign(own_s=compared.own_s * 1.1), both.iloc[len(compared):]])
+    assert pi.contrast(slower).endswith("(rank 1) did 10% more work under gpipe")
     assert pi.contrast(both.iloc[:0]) == "no run kept both instruments"
 
 
@@ -90,3 +99,33 @@ def test_the_script_resumes_an_archived_table_and_refuses_bad_input(tmp_path):
     again = subprocess.run(script + ["--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "'done': 24" in again.stdout and "gpipe at m = 8, rank 0" in again.stdout
+
+
+def test_the_stage_order_script_times_both_orders_and_refuses_bad_input():
+    import subprocess
+    import sys
+
+    script = ROOT / "scripts" / "stage_order.py"
+    run = subprocess.run([sys.executable, str(script), "--model", "tiny", "--passes", "1", "--microbatches", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 2 and "m = 3, gpipe order: median" in lines[0] and "m = 3, 1f1b order: median" in lines[1]
+    assert all(line.endswith("ms, 1 pass)") for line in lines)
+    for args, message in ((["--model", "nope"], "unknown preset 'nope'"),
+                          (["--microbatches", "1"], "--microbatches must be at least 2, got 1")):
+        bad = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_both_orders_hold_every_microbatchs_forward_before_its_backward():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stage_order", ROOT / "scripts" / "stage_order.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for m in (2, 3, 8):
+        for name, order in module.orders(m).items():
+            assert sorted(order) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)]), name
+            assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(m)), name
+    assert module.orders(4)["1f1b"] == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2), ("B", 3)]

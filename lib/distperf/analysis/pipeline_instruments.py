@@ -8,7 +8,9 @@ rank, :func:`per_run` reads
   spent in its transfers' calls (``clock_s``) and the same by call, posting sends (``send_s``), posting receives
   (``recv_s``) and waiting (``wait_s``), each the median over the timed steps;
 - the breakdown steps' communication (:mod:`distperf.measure.breakdown`, the profiler) as a share of their window,
-  times the run's iteration (``breakdown_s``), as the book's goal reads the exposed communication.
+  times the run's iteration (``breakdown_s``), as the book's goal reads the exposed communication; and in the
+  profiled step's own seconds, unscaled, that communication (``steps_comm_s``) and the rank's own work, everything
+  else (``own_s``).
 
 :func:`compare` gives, per schedule, m and rank, the medians over the runs and in how many runs the breakdown steps
 read more than the clock, with the model's exposed communication and bubble (PipeDream's engine split included, as
@@ -26,7 +28,8 @@ from .rows import json_cell
 NAME = "pipeline_instruments"
 CALLS = ("send", "recv", "wait")
 RUN_COLUMNS = ["schedule", "microbatches", "repeat", "rank", "iteration_s", "clock_s", "send_s", "recv_s", "wait_s",
-               "breakdown_s"]
+               "breakdown_s", "steps_comm_s", "own_s"]
+OWN_SAME = 0.02  # two stages' own work differ by no more than this share: the same work
 
 
 def per_run(table: pd.DataFrame | None) -> pd.DataFrame:
@@ -42,11 +45,13 @@ def per_run(table: pd.DataFrame | None) -> pd.DataFrame:
         iteration = float(run["iteration_time_s.median"])
         for rank, seconds in enumerate(clock):
             by = calls[rank] if rank < len(calls) and isinstance(calls[rank], dict) else {}
-            share = comm[rank] / window[rank] if rank < len(window) and window[rank] else np.nan
+            measured = rank < len(window) and rank < len(comm) and window[rank]
+            share = comm[rank] / window[rank] if measured else np.nan
             out.append({"schedule": run["config.layout.schedule"], "microbatches": int(run["config.layout.microbatches"]),
                         "repeat": int(run.get("repeat", 0)), "rank": rank, "iteration_s": iteration,
                         "clock_s": seconds, **{f"{c}_s": by.get(c, np.nan) for c in CALLS},
-                        "breakdown_s": share * iteration})
+                        "breakdown_s": share * iteration, "steps_comm_s": comm[rank] if measured else np.nan,
+                        "own_s": window[rank] - comm[rank] if measured else np.nan})
     return pd.DataFrame(out, columns=RUN_COLUMNS)
 
 
@@ -72,7 +77,7 @@ def compare(runs: pd.DataFrame, predicted: pd.DataFrame | None = None) -> pd.Dat
     read more than the clock) and, from ``predicted`` (:func:`predictions`) on the rank that ends the iteration,
     ``predicted_s`` and its signed errors against the clock's and the breakdown's medians (NaN elsewhere)."""
     keys = ["schedule", "microbatches", "rank"]
-    values = ["iteration_s", "clock_s", "send_s", "recv_s", "wait_s", "breakdown_s"]
+    values = ["iteration_s", "clock_s", "send_s", "recv_s", "wait_s", "breakdown_s", "steps_comm_s", "own_s"]
     if not len(runs):
         return pd.DataFrame(columns=keys + ["runs"] + values + ["breakdown_above", "predicted_s", "error_clock",
                                                                  "error_breakdown"])
@@ -124,5 +129,28 @@ def contrast(compared: pd.DataFrame, first: str = "gpipe", second: str = "1f1b")
         text += (f"; at m = {m} the clock of the rank that ends the iteration reads {(a.clock_s - b.clock_s) * 1e3:+.1f}"
                  f" ms under {first} against {second} (iterations {a.iteration_s * 1e3:.1f} and "
                  f"{b.iteration_s * 1e3:.1f} ms), where the model prices {(a.predicted_s - b.predicted_s) * 1e3:+.1f} "
-                 "ms")
+                 "ms") + _own_work(compared, m, first, second)
     return text
+
+
+def _own_work(compared: pd.DataFrame, m: int, first: str, second: str) -> str:
+    """How each rank's own work and communication in the breakdown steps, in their own seconds, differ between the
+    ``first`` and ``second`` schedules at ``m`` (medians over the runs), and whether the rank with the most own work
+    under ``second`` (the one that bounds the iteration) did more of it under ``first`` (by more than
+    :data:`OWN_SAME`), in words; empty where a rank lacks either schedule."""
+    at_m = compared[compared.microbatches == m]
+    rows = {s: at_m[at_m.schedule == s].set_index("rank") for s in (first, second)}
+    ranks = sorted(set(rows[first].index) & set(rows[second].index))
+    if not ranks or rows[first].own_s.isna().any() or rows[second].own_s.isna().any():
+        return ""
+    own = {r: rows[first].own_s[r] - rows[second].own_s[r] for r in ranks}
+    comm = {r: rows[first].steps_comm_s[r] - rows[second].steps_comm_s[r] for r in ranks}
+    each = ", ".join(f"rank {r} {own[r] * 1e3:+.1f} ms of own work and {comm[r] * 1e3:+.1f} ms of communication"
+                     for r in ranks)
+    bound = rows[second].own_s.idxmax()
+    more = own[bound] / rows[second].own_s[bound]
+    verdict = (f"the rank whose own work bounds the iteration (rank {bound}) did "
+               f"{'no more' if more <= OWN_SAME else f'{more:.0%} more'} work under {first}")
+    if more <= OWN_SAME and comm[bound] > 0:
+        verdict += " and waited longer: the extra waiting lies in the schedule's dependencies, not in slower work"
+    return f"; in the breakdown steps' own seconds, {first} against {second}: {each}; {verdict}"
