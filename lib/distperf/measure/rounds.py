@@ -111,10 +111,9 @@ def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slic
     rounds of its noisy probes recomputed from the rounds ``issued``, ``paths`` and ``contention`` select, as the
     calibration takes them (:func:`distperf.measure.calibrate.calibrate`): each collective's α and β from the chosen
     issued rounds' median times (:func:`median_rows`, with the bucket's point if ``bucket``: :func:`fitted_rows`; a
-    collective with no positive time keeps the profile's), the
-    contention ratios their least round, and the path constants from the chosen path rounds' median times
-    (:func:`distperf.measure.path_fits.with_path_constants`). So a build can be priced with the profile another rule
-    would have given it. ValueError without rounds."""
+    collective with no positive time keeps the profile's), the contention ratios their least round, and the path
+    constants from the chosen path rounds' median times (:func:`distperf.measure.path_fits.with_path_constants`). So
+    a build can be priced with the profile another rule would have given it. ValueError without rounds."""
     from dataclasses import replace
 
     from .path_fits import with_path_constants
