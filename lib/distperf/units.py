@@ -20,10 +20,12 @@ def parse_size(text: str, field: str = "memory_limit") -> float:
     return size
 
 
-def format_bytes(n: float) -> str:
+def format_bytes(n: float, decimals: int = 2) -> str:
+    """``n`` bytes in the largest binary unit it reaches, with ``decimals`` places (25 MiB is "25.00 MiB", or
+    "25 MiB" with none)."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
-            return f"{n / size:,.2f} {unit}"
+            return f"{n / size:,.{decimals}f} {unit}"
     return f"{n:,.0f} B"
 
 

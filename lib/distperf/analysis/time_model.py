@@ -26,6 +26,7 @@ from ..cost.stage import layer_kernels
 from ..measure.path_fits import PIPE_MICROBATCHES, TP_FIT_BATCHES
 from ..measure.profiles import sidecar_conditions
 from ..results import signed_error
+from ..units import format_bytes
 from . import goal_floor, rows, verdicts
 from .breakdown_noise import STEPS
 from .repeats import CLOCK
@@ -966,17 +967,10 @@ def bucket_point_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     verdict = ("stands: a lower exposed median and neither mode's median higher" if found["stands"] else
                "does not stand: " + ("no data-parallel run to judge it on" if not found["with"]["runs"] else
                                      "not a lower exposed median with neither mode's median higher"))
-    return (f"the issued all-reduce of {_mib(found['point_bytes'])} took {found['point_s'] * 1e3:.1f} ms (the rounds' "
+    return (f"the issued all-reduce of {format_bytes(found['point_bytes'], 0)} took {found['point_s'] * 1e3:.1f} ms (the rounds' "
             f"median); with that point in the all-reduce's fit, {told(found['with'])}; without it (the sizes "
-            f"to {_mib(found['below_bytes'])}), {told(found['without'])}: the bucket's point {verdict}")
+            f"to {format_bytes(found['below_bytes'], 0)}), {told(found['without'])}: the bucket's point {verdict}")
 
-
-def _mib(nbytes: float) -> str:
-    """Bytes in the largest binary unit that keeps a whole number (4 MiB, 256 KiB, 8 B)."""
-    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= size and nbytes % size == 0:
-            return f"{nbytes // size:.0f} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 def recompute_pairs(tables: dict, hw, errs: pd.DataFrame | None = None) -> pd.DataFrame:
