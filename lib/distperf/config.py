@@ -173,6 +173,7 @@ class RunOptions:
     breakdown: bool = False  # without measure, still the CPU step whose time is broken down by class (the same)
     mesh_order: str = "pp,dp,tp"  # placement of ranks on the mesh, slowest-varying first (one of MESH_ORDERS)
     eval_batches: int = 0  # held-out batches evaluated after training (distperf.parallel.held_out)
+    trace: str | None = None  # where to write the first breakdown step's timeline (distperf.measure.timeline)
 
 
 MAX_EVAL_BATCHES = 10_000

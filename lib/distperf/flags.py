@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 from . import presets
 from .config import (ARCHS, ATTENTIONS, DATA_SOURCES, DDP_BUCKET_MB, DEVICES, MAX_EVAL_BATCHES, MESH_ORDERS,
@@ -152,6 +153,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --no-measure, still break one more optimizer step's time down by class on CPU (the "
                         "time-breakdown step of distperf.measure.steps, which --measure takes too): a time, which "
                         "varies from run to run, unlike memory and bytes (default on)")
+    g.add_argument("--trace", metavar="FILE", default=None,
+                   help="write the first time-breakdown step of every rank, action by action (each pipeline stage's "
+                        "forwards and backwards, its optimizer step, its waits), to FILE as one Chrome trace: open it "
+                        "in Perfetto (ui.perfetto.dev); python -m distperf.measure.pipeline_replay FILE says what each wait "
+                        "waited for "
+                        "(CPU; needs the breakdown step)")
 
 
 def options_from_args(a: argparse.Namespace) -> RunOptions:
@@ -167,10 +174,15 @@ def options_from_args(a: argparse.Namespace) -> RunOptions:
         raise ConfigError("timeout", f"must be positive, got {a.timeout}")
     if not 0 <= a.eval_batches <= MAX_EVAL_BATCHES:
         raise ConfigError("eval_batches", f"must be 0 to {MAX_EVAL_BATCHES}, got {a.eval_batches}")
+    if a.trace is not None and not (a.measure or a.breakdown):
+        raise ConfigError("trace", "needs the time-breakdown step: drop --no-breakdown or --no-measure")
+    if a.trace is not None and Path(a.trace).is_dir():
+        raise ConfigError("trace", f"must be a file to write, got the directory {a.trace}")
     return RunOptions(steps=a.steps, seed=a.seed, lr=a.lr, bucket_mb=a.bucket_mb, data=a.data, device=a.device,
                       warmup=min(a.warmup, a.steps - 1), timeout_s=a.timeout, measure=a.measure,
                       breakdown=a.breakdown,
-                      mesh_order=a.mesh_order, eval_batches=a.eval_batches)
+                      mesh_order=a.mesh_order, eval_batches=a.eval_batches,
+                      trace=str(Path(a.trace).resolve()) if a.trace is not None else None)
 
 
 def add_hardware_argument(p: argparse.ArgumentParser, default: str, help_text: str) -> None:

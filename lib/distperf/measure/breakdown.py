@@ -134,9 +134,27 @@ def breakdown(events, thread, steps: int = 1, start: float | None = None) -> dic
     in µs, ``cpu_parent``). ``communication`` also holds the thread's idle time while a collective runs on the
     backend's own threads (gloo's workers: DDP waits for its all-reduce inside its C++ reducer, which the profiler
     does not show as an operator); ``framework`` is what is left of the window."""
+    found = _classified(events, thread, start)
+    if found is None:
+        return {**dict.fromkeys(CLASSES, 0.0), "window": 0.0}
+    spans, start, end, busy, waiting, communication = found
+    # a collective inside an operator (DTensor's, ZeroRedundancyOptimizer's) is that operator waiting: its time is
+    # communication's, not the operator's class
+    out = {c: length(subtract(union(spans[c]), communication)) for c in CLASSES
+           if c not in ("communication", "framework")}
+    out["communication"] = length(communication)
+    out["framework"] = length(subtract(subtract([(start, end)], busy), waiting))
+    out["window"] = end - start
+    return {k: v / 1e6 / steps for k, v in out.items()}
+
+
+def _classified(events, thread, start: float | None):
+    """What :func:`breakdown` files, before it measures: (each class's spans, the window's start and end, the spans of
+    every operator, the thread's idle spans while a collective runs on the backend's threads, communication's spans);
+    None without events on ``thread``."""
     mine = [e for e in events if e.thread == thread and e.name != _MARKER]
     if not mine:
-        return {**dict.fromkeys(CLASSES, 0.0), "window": 0.0}
+        return None
     spans: dict[str, list] = {c: [] for c in CLASSES}
     for e in mine:
         cls = classify(e)
@@ -148,15 +166,13 @@ def breakdown(events, thread, steps: int = 1, start: float | None = None) -> dic
     in_flight = union([(e.time_range.start, e.time_range.end) for e in events
                        if e.thread != thread and event_collective(e.name) is not None])
     waiting = intersect(subtract([(start, end)], busy), in_flight)
-    communication = union(spans["communication"] + waiting)
-    # a collective inside an operator (DTensor's, ZeroRedundancyOptimizer's) is that operator waiting: its time is
-    # communication's, not the operator's class
-    out = {c: length(subtract(union(spans[c]), communication)) for c in CLASSES
-           if c not in ("communication", "framework")}
-    out["communication"] = length(communication)
-    out["framework"] = length(subtract(subtract([(start, end)], busy), waiting))
-    out["window"] = end - start
-    return {k: v / 1e6 / steps for k, v in out.items()}
+    return spans, start, end, busy, waiting, union(spans["communication"] + waiting)
+
+
+def communication_spans(events, thread, start: float | None = None) -> list[tuple[float, float]]:
+    """The spans :func:`breakdown` files under ``communication`` (µs), in order, inside its window."""
+    found = _classified(events, thread, start)
+    return [] if found is None else intersect(found[5], [(found[1], found[2])])
 
 
 class StepBreakdown:
@@ -181,8 +197,21 @@ class StepBreakdown:
             self._profiler.__exit__(*exc)
         return False
 
-    def summary(self, steps: int = 1) -> dict:
+    def _window(self):
+        """(the events from the marker on, the main thread, the window's start in µs)."""
         events = profiler_events(self._profiler)
         marker = next(e for e in events if e.name == _MARKER)
-        return breakdown([e for e in events if e.time_range.start >= marker.time_range.start], marker.thread, steps,
-                         start=marker.time_range.end)
+        return [e for e in events if e.time_range.start >= marker.time_range.start], marker.thread, marker.time_range.end
+
+    def summary(self, steps: int = 1) -> dict:
+        events, thread, start = self._window()
+        return breakdown(events, thread, steps, start=start)
+
+    def timeline(self, rank: int, stage: int) -> dict:
+        """This step's :func:`distperf.measure.timeline.rank_timeline`: its actions, optimizer and communication on
+        the machine's clock."""
+        from .timeline import rank_timeline
+
+        events, thread, start = self._window()
+        origin = self._profiler.profiler.kineto_results.trace_start_ns()
+        return rank_timeline(events, thread, start, origin, rank, stage)

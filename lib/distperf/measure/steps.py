@@ -57,9 +57,10 @@ def measured_steps(flushes: bool = True) -> dict:
 
 
 def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], first_step: int,
-                 distributed: bool) -> dict:
+                 distributed: bool, timeline: bool = False) -> dict:
     """This rank's memory and communication on the measurement steps; ``next_batch(i)`` gives the
-    (inputs, targets) of step ``i`` on the trainer's device. Drains the trainer at the end."""
+    (inputs, targets) of step ``i`` on the trainer's device; with ``timeline``, the first breakdown step's
+    (:func:`_breakdown_step`). Drains the trainer at the end."""
     drained_step = _drained_steps(trainer, next_batch, first_step)
     # the trainer's own record of its parameters: torch's TP + DDP composition re-registers DTensor parameters as
     # plain attributes in forward, so that the model parts' parameters() miss them (and their storages, saved
@@ -78,7 +79,7 @@ def measure_rank(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torch.
                 "time_s": dict.fromkeys(KINDS, 0.0),
                 "calls": dict(zeros), "by_collective": {}, "exposed_s": {**dict.fromkeys(KINDS, 0.0), "total": 0.0},
                 "unmatched_events": 0}
-    return {"memory": memory, "communication": comm, "breakdown": _breakdown_step(trainer, drained_step),
+    return {"memory": memory, "communication": comm, "breakdown": _breakdown_step(trainer, drained_step, timeline),
             "pipeline_rank": _pipeline_rank(trainer)}
 
 
@@ -95,18 +96,21 @@ def _drained_steps(trainer, next_batch: Callable[[int], tuple[torch.Tensor, torc
     return drained_step
 
 
-def _breakdown_step(trainer, drained_step) -> dict | None:
+def _breakdown_step(trainer, drained_step, timeline: bool = False) -> dict | None:
     """On CPU, where the time goes (:mod:`distperf.measure.breakdown`) on :data:`BREAKDOWN_STEPS` steps of their own,
     each profiled alone from a barrier of the ranks: each class's and the window's mean over the steps, and
-    ``per_step``, each step's communication and window; None elsewhere."""
+    ``per_step``, each step's communication and window; with ``timeline``, the first step's action by action
+    (``timeline``: :func:`distperf.measure.timeline.rank_timeline`); None elsewhere."""
     if trainer.device.type != "cpu":
         return None
-    steps = []
-    for _ in range(BREAKDOWN_STEPS):
+    steps, first = [], None
+    for k in range(BREAKDOWN_STEPS):
         with StepBreakdown() as tracked:  # starts at a barrier of the ranks
             drained_step()
         steps.append(tracked.summary(1))
-    return mean_breakdown(steps)
+        if timeline and k == 0:
+            first = tracked.timeline(dist.get_rank() if dist.is_initialized() else 0, _pipeline_rank(trainer))
+    return {**mean_breakdown(steps), **({"timeline": first} if first is not None else {})}
 
 
 def mean_breakdown(steps: list[dict]) -> dict:
@@ -179,22 +183,44 @@ def _every_rank(mine: dict, distributed: bool) -> list[dict]:
     return ranks
 
 
-def measure_breakdown(trainer, next_batch, first_step: int, distributed: bool) -> dict:
+def measure_breakdown(trainer, next_batch, first_step: int, distributed: bool, trace: str | None = None) -> dict:
     """Only the time-breakdown step, on CPU, every rank at once: what a run that measures no memory or communication
     (a sweep's repeats after the first) still measures, since the time a step spends per class varies from run to
     run, unlike the bytes. Returns ``{time_breakdown_s, measured_steps}`` (:func:`combine_breakdowns`), the same on
-    every rank. Drains the trainer at the end."""
-    ranks = _every_rank({"breakdown": _breakdown_step(trainer, _drained_steps(trainer, next_batch, first_step))},
-                        distributed)
+    every rank. With ``trace`` (a path), the first breakdown step's timeline is written there (:func:`write_trace`).
+    Drains the trainer at the end."""
+    ranks = _every_rank({"breakdown": _breakdown_step(trainer, _drained_steps(trainer, next_batch, first_step),
+                                                      trace is not None)}, distributed)
+    timeline = write_trace(trace, ranks, trainer)
     steps = {**measured_steps(trainer.flushes or not distributed), "memory_warmup": 0, "memory": 0,
              "communication": 0}
-    return {"time_breakdown_s": combine_breakdowns(ranks), "measured_steps": steps}
+    return {"time_breakdown_s": combine_breakdowns(ranks), "measured_steps": steps, **timeline}
 
 
-def measure(trainer, next_batch, first_step: int, distributed: bool) -> dict:
+def write_trace(trace: str | None, ranks: list[dict], trainer) -> dict:
+    """Every rank's timeline of its first breakdown step (the gathered ``ranks``) as one Chrome trace at ``trace``,
+    written by the first rank (:func:`distperf.measure.timeline.write_trace`, with the run's configuration under
+    ``distperf.about``); returns ``{"timeline": …}``, the step in numbers on every rank
+    (:func:`distperf.measure.pipeline_replay.summary`), or nothing without a path or where no breakdown step ran
+    (not on CPU)."""
+    found = [(r.get("breakdown") or {}).get("timeline") for r in ranks]
+    if trace is None or any(t is None for t in found):
+        return {}
+    from .pipeline_replay import align, summary
+    from .timeline import write_trace as write
+
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        write(trace, found, {"config": trainer.cfg.to_dict()})
+    lay = trainer.cfg.layout
+    return {"timeline": summary(align(found), lay.schedule, lay.microbatches, lay.chunks)}
+
+
+def measure(trainer, next_batch, first_step: int, distributed: bool, trace: str | None = None) -> dict:
     """Run the measurement steps on every rank (collective when distributed); return
-    ``{memory_bytes, communication, measured_steps}``, the same on every rank."""
-    ranks = _every_rank(measure_rank(trainer, next_batch, first_step, distributed), distributed)
+    ``{memory_bytes, communication, measured_steps}``, the same on every rank; with ``trace``, as
+    :func:`measure_breakdown`."""
+    ranks = _every_rank(measure_rank(trainer, next_batch, first_step, distributed, trace is not None), distributed)
+    timeline = write_trace(trace, ranks, trainer)
     memory, communication = combine(ranks)
     return {"memory_bytes": memory, "communication": communication, "time_breakdown_s": combine_breakdowns(ranks),
-            "measured_steps": measured_steps(trainer.flushes or not distributed)}
+            "measured_steps": measured_steps(trainer.flushes or not distributed), **timeline}

@@ -227,7 +227,8 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
             x, y = source.batch(step, batch)
             return x.to(device), y.to(device)
 
-        result.update((measure if opts.measure else measure_breakdown)(trainer, next_batch, opts.steps, distributed))
+        result.update((measure if opts.measure else measure_breakdown)(trainer, next_batch, opts.steps, distributed,
+                                                                       opts.trace))
     if cfg.training.precision == "fp32":  # the profiled mode's compute, every rank at once (measure.parts)
         from ..measure.parts import part_times
 

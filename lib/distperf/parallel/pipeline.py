@@ -26,6 +26,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config import TWOBW_ENGINE, Config, RunOptions, stage_layers
+from ..measure.timeline import action_span
 from ..model import build_stage, lm_loss
 from .common import Trainer, full_tensor, local_tensor, make_optimizer, split_rows, storage_bytes, unwrap
 from .data_parallel import data_parallel_optimizer, optimizer_state
@@ -50,6 +51,16 @@ class _Stage(PipelineStage):
             with module.no_sync():
                 return module(*args, **kwargs)
         return module(*args, **kwargs)
+
+    # each action's compute in a span of its own, for the breakdown step's timeline (distperf.measure.timeline):
+    # torch's Schedule1F1B marks none, ScheduleGPipe its forward and backward with their receives inside
+    def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
+        with action_span("F", self.stage_index, fwd_chunk_id):
+            return super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
+
+    def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
+        with action_span("B", self.stage_index, bwd_chunk_id):
+            return super().backward_one_chunk(bwd_chunk_id, *args, **kwargs)
 
 
 class PipelineTrainer(Trainer):

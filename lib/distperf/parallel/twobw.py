@@ -44,6 +44,7 @@ from torch.func import functional_call
 from torch.nn.utils.stateless import _reparametrize_module
 
 from ..config import ConfigError
+from ..measure.timeline import action_span
 from . import twobw_schedule as sched
 from .twobw_schedule import Action
 
@@ -192,15 +193,16 @@ class TwoBWPipeline:
             x = self._inputs.pop(k)
         else:
             x = self._recv_activation(k).requires_grad_()
-        out = functional_call(self.stage, self._buffers[buffer], (x,))
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"2BW stage {self.stage_index}: the stage module must return one tensor, "
-                            f"got {type(out).__name__}")
-        if self.is_last:
-            loss = self.loss_fn(out, self._targets.pop(k))
-            self._losses.append(loss.detach())
-            out = loss / self.microbatches
-        else:
+        with action_span("F", self.stage_index, k):
+            out = functional_call(self.stage, self._buffers[buffer], (x,))
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(f"2BW stage {self.stage_index}: the stage module must return one tensor, "
+                                f"got {type(out).__name__}")
+            if self.is_last:
+                loss = self.loss_fn(out, self._targets.pop(k))
+                self._losses.append(loss.detach())
+                out = loss / self.microbatches
+        if not self.is_last:
             self._send_activation(out.detach())
         self._stash.append((k, buffer, version, x, out))
         self.log.append(Action("F", k, version))
@@ -218,7 +220,7 @@ class TwoBWPipeline:
         # Activation checkpointing reruns a layer's forward inside this backward and reads the weights
         # from the module's attributes: point them at the version the forward used (what functional_call
         # did during the forward; torch has no public context manager for it).
-        with _reparametrize_module(self.stage, self._buffers[buffer]):
+        with _reparametrize_module(self.stage, self._buffers[buffer]), action_span("B", self.stage_index, k):
             out.backward(grad)
         if not self.is_first:
             self._isend(x.grad.contiguous(), self.stage_index - 1)
