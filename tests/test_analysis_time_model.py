@@ -181,7 +181,7 @@ def test_every_constant_is_listed_with_its_unit_and_microbenchmark():
     table = tm.constants_table(HW)
     names = set(table.constant)
     for f in fields(kn.KernelCosts):
-        if f.name not in ("elementwise", "skew", "fsdp_units"):  # the last two: what-ifs' tables, no profile's
+        if f.name not in ("elementwise", "skew", "fsdp_units", "p2p_stall_s"):  # the last three: what-ifs, no profile's
             assert f.name in names
     assert table.unit.str.len().gt(0).all() and table.microbenchmark.str.len().gt(0).all()
     assert len(tm.constants_table(replace(HW, kernels=None))) == 0
@@ -815,3 +815,41 @@ def test_the_bucket_point_stands_where_the_all_reduce_at_ddps_bucket_prices_the_
     assert tm.bucket_point_rule(runs, hw, older) is None
     assert tm.bucket_point_rule_sentence(runs, hw, older) == ("this calibration did not time the all-reduce at DDP's "
                                                               "default bucket")
+
+
+@pytest.mark.parametrize("truth", [True, False])
+def test_the_receive_stall_stands_where_it_prices_a_pipelines_waiting(truth):
+    """A pipeline run whose exposed communication is what the model gives with the calibration's stall on every
+    receive, or without it: the stall stands only in the first."""
+    from distperf.analysis import rows as rows_mod
+
+    stall = 2e-3
+    side = {"conditions": {"busy_sender": {"stall_s": stall, "busy": {"stalled": 0.1}}}}
+    true = replace(HW, kernels=replace(HW.kernels, p2p_stall_s=stall if truth else 0.0))
+    run = row("small", 1.0, None, hw=true, pp=2, schedule="1f1b", microbatches=4)
+    p = predict(rows_mod.config_of_row(pd.Series(run)), true)["time_s"]
+    runs = {"regimes": pd.DataFrame([{**run, "communication.exposed_s.pipeline_parallel":
+                                      p["communication_exposed"] + p["bubble"]}])}
+    found = tm.stall_rule(runs, HW, side)
+    assert found["stands"] is truth and found["with"]["runs"] == found["without"]["runs"] == 1
+    assert found["with" if truth else "without"]["exposed"] == pytest.approx(0.0, abs=1e-9)
+    assert found["with"]["exposed_max"] >= found["with"]["exposed"]
+    sentence = tm.stall_rule_sentence(runs, HW, side)
+    assert sentence.startswith("a receive from a computing sender waited 2.00 ms longer") and "(10% of them" in sentence
+    assert sentence.endswith("stands: a lower exposed median and neither mode's median higher") is truth
+    assert tm.stall_rule(runs, HW, {"conditions": {}}) is None
+    assert tm.stall_rule_sentence(runs, HW, None) == "this calibration did not time a receive from a computing sender"
+
+
+def test_the_receive_stall_adds_to_each_received_message_of_a_pipeline_only():
+    stall = 1e-3
+    stalled = replace(HW, kernels=replace(HW.kernels, p2p_stall_s=stall))
+    for layout, grows in ((Layout(pp=2, schedule="gpipe", microbatches=4), True), (Layout(dp=2), False)):
+        cfg = validate(Config(model=presets.model("small"), layout=layout))
+        before, after = (predict(cfg, hw)["time_s"] for hw in (HW, stalled))
+        if grows:  # the bottleneck rank's one receive per microbatch, and the drain's
+            assert after["iteration"] - before["iteration"] == pytest.approx(5 * stall, rel=1e-6)
+        else:
+            assert after == before
+    assert "p2p_stall_s" not in stalled.kernels.to_dict()
+    assert stalled.kernels.without("contention").p2p_stall_s == 0.0

@@ -90,9 +90,12 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     # the spawned ranks pinned as a run's are: a core each where the machine has a core per rank
     from distperf.launch import available_cores
 
-    # measured for the book's what-ifs and not priced: the waits for the slowest rank and FSDP2's unit table
+    # measured for the book's what-ifs and not priced: the waits for the slowest rank, FSDP2's unit table and the
+    # stall of a receive from a computing sender
     assert side["conditions"]["skew"]["rows"] and side["conditions"]["fsdp_units"]["rows"]
-    assert hw.kernels.skew == () and hw.kernels.fsdp_units == ()
+    assert hw.kernels.skew == () and hw.kernels.fsdp_units == () and hw.kernels.p2p_stall_s == 0.0
+    busy = side["conditions"]["busy_sender"]
+    assert busy["stall_s"] >= 0 and all(busy[m]["trials"] > 0 and busy[m]["median_s"] > 0 for m in ("busy", "idle"))
     placement = side["conditions"]["placement"]
     assert len(placement) == 2 and all(p["pinned"] == (len(available_cores()) >= 2) for p in placement)
     if placement[0]["pinned"]:

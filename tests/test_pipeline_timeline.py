@@ -1,6 +1,6 @@
 """A pipeline step action by action (distperf.measure.timeline, .pipeline_replay, distperf.analysis.pipeline_timeline): the trace a run
 writes with --trace, what each wait waited for, and the replay that splits the step's excess over the cost model's
-formula into stalls, variation and the schedule; scripts/pipeline_timeline.py and scripts/busy_sender.py."""
+formula into stalls, variation and the schedule; scripts/pipeline_timeline.py and distperf.measure.busy_sender."""
 from __future__ import annotations
 
 import importlib.util
@@ -192,13 +192,15 @@ def test_the_experiment_script_traces_each_run():
 
 
 def test_the_busy_sender_probe_runs_and_refuses_bad_input():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "busy_sender.py"), "--trials", "3", "--hold-ms",
-                           "2", "--timeout", "120"], capture_output=True, text=True, timeout=150)
+    proc = subprocess.run([sys.executable, "-m", "distperf.measure.busy_sender", "--trials", "3", "--timeout", "120"],
+                          capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "sender busy:" in proc.stdout and "sender idle:" in proc.stdout
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "busy_sender.py"), "--trials", "0"],
+    assert "sender busy:" in proc.stdout and "sender idle:" in proc.stdout and "expected stall" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "distperf.measure.busy_sender", "--trials", "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--trials must be at least 1" in proc.stderr
-    summary = _script("busy_sender").summary({"busy": [0.1, 0.2, 4.0, 0.1], "idle": [0.1, 0.1, 0.2]})
-    assert summary["busy"]["stalled"] == 0.25 and summary["idle"]["stalled"] == 0
-    assert summary["busy"]["excess_ms"] == pytest.approx((0.1 + 0.2 + 4.0 + 0.1) / 4 - 0.1)
+    from distperf.measure.busy_sender import summary
+
+    found = summary({"busy": [1e-4, 2e-4, 4e-3, 1e-4], "idle": [1e-4, 1e-4, 2e-4]})
+    assert found["busy"]["stalled"] == 0.25 and found["idle"]["stalled"] == 0
+    assert found["stall_s"] == pytest.approx((1e-4 + 2e-4 + 4e-3 + 1e-4) / 4 - 1e-4)

@@ -69,9 +69,9 @@ def sentence(compared: pd.DataFrame) -> str:
         parts.append(
             f"{schedule} at m = {int(r.microbatches)} ({int(r.runs)} runs): the profiled step's pipeline ran "
             f"{r.excess_ms:+.1f} ms ({r.excess_share:+.1%}) beyond the cost model's formula over the step's own "
-            f"median action times — stalls {r.stalls_ms:+.1f} ms ({int(r.stalls)} actions waited more than "
-            f"{STALL_US / 1e3:.0f} ms for an input that was ready), variation {r.variation_ms:+.1f} ms, the schedule "
-            f"beyond the formula {r.schedule_ms:+.1f} ms; the largest part is {largest.removesuffix('_ms')}; that "
-            f"excess is {r.excess_of_first:+.0%} of the first stage's {r.first_communication_ms:.1f} ms of "
-            f"communication")
+            f"median action times — stalls {r.stalls_ms:+.1f} ms (a median {r.stalls:g} actions a step waited more "
+            f"than {STALL_US / 1e3:.0f} ms for an input that was ready), variation {r.variation_ms:+.1f} ms, the "
+            f"schedule beyond the formula {r.schedule_ms:+.1f} ms; the largest part is "
+            f"{largest.removesuffix('_ms')}; that excess is {r.excess_of_first:+.0%} of the first stage's "
+            f"{r.first_communication_ms:.1f} ms of communication")
     return "; ".join(parts) + "."

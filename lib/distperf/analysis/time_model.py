@@ -973,6 +973,57 @@ def bucket_point_rule_sentence(tables: dict, hw, side: dict | None) -> str:
 
 
 
+def stall_rule(tables: dict, hw, side: dict | None) -> dict | None:
+    """The receives of a pipeline priced with and without the stall of a computing sender (``kernels.p2p_stall_s`` =
+    the calibration's ``conditions.busy_sender.stall_s``: :mod:`distperf.measure.busy_sender`): per variant, ``with``
+    and ``without``, the held-out pipeline runs' exposed communication median and largest |error| (``exposed``,
+    ``exposed_max``; :func:`exposed_errors`) and their count (``runs``), every judged run's (``all``, ``all_max``), and
+    both modes' median |error| over every held-out run (``analytical``, ``profiled``); ``stall_s``; and ``stands``,
+    the rule declared on 6 December 2026, before the build that judges it: the stall stands if, with it, the pipeline
+    runs' exposed communication has a lower median |error| and neither mode's median |error| over the held-out runs is
+    higher. None where the calibration did not run the probe."""
+    if hw is None or hw.kernels is None:
+        return None
+    found = sidecar_conditions(side).get("busy_sender") or {}
+    if found.get("stall_s") is None:
+        return None
+    out = {"stall_s": float(found["stall_s"]), "stalled": found.get("busy", {}).get("stalled", np.nan)}
+    for name, stall in (("with", float(found["stall_s"])), ("without", 0.0)):
+        priced = replace(hw, kernels=replace(hw.kernels, p2p_stall_s=stall))
+        e, x = errors(tables, priced), exposed_errors(tables, priced)
+        pp = x[x.kind == "pipeline_parallel"]
+        out[name] = {"runs": len(pp), "exposed": float(pp.error.abs().median()) if len(pp) else np.nan,
+                     "exposed_max": float(pp.error.abs().max()) if len(pp) else np.nan,
+                     "all": float(x.error.abs().median()) if len(x) else np.nan,
+                     "all_max": float(x.error.abs().max()) if len(x) else np.nan,
+                     **{mode: float(e[mode].abs().median()) for mode in MODES}}
+    w, wo = out["with"], out["without"]
+    out["stands"] = bool(w["exposed"] < wo["exposed"] and not any(w[mode] > wo[mode] for mode in MODES))
+    return out
+
+
+def stall_rule_sentence(tables: dict, hw, side: dict | None) -> str:
+    """:func:`stall_rule` in words."""
+    found = stall_rule(tables, hw, side)
+    if found is None:
+        return "this calibration did not time a receive from a computing sender"
+
+    def told(x: dict) -> str:
+        exposed = (f"the {x['runs']} held-out pipeline runs' exposed communication {x['exposed']:.1%} median / "
+                   f"{x['exposed_max']:.1%} largest |error| (every judged run's {x['all']:.1%} / {x['all_max']:.1%})"
+                   if x["runs"] else "no held-out pipeline run's exposed communication to judge")
+        return (f"{exposed}; the held-out runs' median |error| analytical {x['analytical']:.1%}, profiled "
+                f"{x['profiled']:.1%}")
+
+    verdict = ("stands: a lower exposed median and neither mode's median higher" if found["stands"] else
+               "does not stand: " + ("no pipeline run to judge it on" if not found["with"]["runs"] else
+                                     "not a lower exposed median with neither mode's median higher"))
+    return (f"a receive from a computing sender waited {found['stall_s'] * 1e3:.2f} ms longer on average than one from "
+            f"an idle sender ({found['stalled']:.0%} of them over 1 ms); with that stall on every message a pipeline "
+            f"rank receives, {told(found['with'])}; without it (the model), {told(found['without'])}: the stall "
+            f"{verdict}")
+
+
 def recompute_pairs(tables: dict, hw, errs: pd.DataFrame | None = None) -> pd.DataFrame:
     """What full or selective recomputation adds to a held-out configuration's iteration, measured and predicted: one
     row per configuration with recomputation whose twin without it (every other field equal) was measured in the same

@@ -74,6 +74,13 @@ collectives as priced, by the unit's size (:func:`fsdp_unit_extra`). The model p
 ``kernels.fsdp_units`` from 5 December 2026 until its rule (the chapter "Where the time goes") had failed on two of
 the three archives that measured it; a profile's ``fsdp_units`` is no longer read.
 
+**A receive from a computing sender: a what-if, not a term.** gloo hands a pipeline's activation or gradient over on
+the sender's communication thread, which shares its core with the sender's compute; with ``p2p_stall_s`` set (by the
+book's what-if, from the calibration's sidecar ``conditions.busy_sender``: :mod:`distperf.measure.busy_sender`), each
+message a rank receives in a microbatch costs that much more, on top of its α-β time
+(:func:`distperf.cost.stage.stage_costs`). Its rule (the chapter "Where the time goes") was declared on 6 December
+2026, before the build that judges it.
+
 The optimizer step is Adam's per-tensor loop: Σ over the tensors the rank updates of the time per tensor at its
 size (table ``adam``). Every table comes from :mod:`distperf.measure.kernels` at generic shapes (``python -m distperf
 calibrate`` writes them into the hardware profile's ``kernels``); nothing is fitted on a run.
@@ -172,6 +179,9 @@ class KernelCosts:
     # wait_s), …), measured by distperf.measure.skew (:func:`sync_wait`); () unless a what-if sets it (never read
     # from a profile: see the module docstring)
     skew: tuple = ()
+    # the expected extra wait of a pipeline's receive whose sender is computing (seconds per receive), measured by
+    # distperf.measure.busy_sender; 0 unless a what-if sets it (never read from a profile: see the module docstring)
+    p2p_stall_s: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
@@ -214,7 +224,8 @@ class KernelCosts:
         """The JSON of a hardware profile's ``kernels`` (the wrapper costs under ``wrappers``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name not in WRAPPERS and not f.name.startswith("contention_")
-               and f.name not in ("overlap", "fsdp_overlap", "probe", "skew", "fsdp_units", "action_waits")}
+               and f.name not in ("overlap", "fsdp_overlap", "probe", "skew", "fsdp_units", "action_waits",
+                                  "p2p_stall_s")}
         if self.probe:
             out["probe"] = dict(zip(PROBE_PARTS, self.probe))
         if self.action_waits:
@@ -232,7 +243,8 @@ class KernelCosts:
         rank waits for a slower one)."""
         changes = {}
         if "contention" in terms:
-            changes.update(contention_memory=1.0, contention_compute=1.0, overlap=1.0, fsdp_overlap=1.0, skew=())
+            changes.update(contention_memory=1.0, contention_compute=1.0, overlap=1.0, fsdp_overlap=1.0, skew=(),
+                           p2p_stall_s=0.0)
         if "optimizer" in terms:
             changes["adam"] = ()
         if "framework" in terms:

@@ -397,11 +397,13 @@ def _combine(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Spa
     segment = compute_ / tp.calls if tp.calls else 0.0
     waits = tp.calls * kn.sync_wait(hw.kernels, segment, lay.tp) if hw.kernels is not None and hw.kernels.skew \
         else 0.0  # each tensor-parallel collective waits for the slowest rank
-    exposed = tp.time + waits + pp.sends * pp.send_time + dp.exposed_microbatch
+    # each message the rank receives (as many as it sends) may wait for its sender's communication thread
+    send = pp.send_time + (hw.kernels.p2p_stall_s if hw.kernels is not None else 0.0)
+    exposed = tp.time + waits + pp.sends * send + dp.exposed_microbatch
     d, t, p = dp.traffic, tp.traffic, pp.traffic
     return StageCosts(states=states, microbatch=compute_ + exposed, compute=compute_, exposed=exposed,
                       drain=work.backward + tp.backward + (waits * work.backward / compute_ if waits else 0.0)
-                      + pp.send_time,
+                      + send,
                       step_exposed=pp.step_exposed + dp.exposed_step + tp.step_exposed,
                       optimizer=optimizer, accumulate=accumulate, step_compute=step_compute, segment=segment,
                       data_parallel=dp.traffic, tensor_parallel=tp.traffic, pipeline_parallel=pp.traffic,

@@ -44,7 +44,9 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
   the ranks takes than the typical one over bursts of compute started together (:mod:`distperf.measure.skew`); the
   model does not price it (the book prices it as a what-if), so the path constants are taken without it. Its
   ``conditions.fsdp_units`` records FSDP2's unit probe (:func:`distperf.measure.fsdp_overhead.fsdp_unit_times`),
-  which the model does not price either (the book's what-if: :func:`distperf.measure.path_fits.with_fsdp_units`).
+  which the model does not price either (the book's what-if: :func:`distperf.measure.path_fits.with_fsdp_units`), and
+  its ``conditions.busy_sender`` how much longer a receive waits when its sender is computing
+  (:mod:`distperf.measure.busy_sender`; the book's what-if: ``kernels.p2p_stall_s``).
 
 Everything measured goes into a sidecar JSON next to the profile (``<profile>.calibration.json``).
 """
@@ -772,6 +774,10 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
 
         skew = skew_waits(ranks, SKEW_BURSTS_QUICK if quick else SKEW_BURSTS,
                           SKEW_UNITS_QUICK if quick else SKEW_UNITS, timeout=timeout)
+        log("a receive from a computing sender, on 2 ranks")
+        from .busy_sender import TRIALS, TRIALS_QUICK, busy_sender_waits
+
+        busy_sender = busy_sender_waits(TRIALS_QUICK if quick else TRIALS, timeout=timeout)
         log(f"FSDP2 units by size, on {ranks} ranks")
         from .fsdp_overhead import fsdp_unit_times
 
@@ -794,6 +800,7 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
         hw = with_path_constants(hw, conditions["paths"], ranks)
         conditions["fsdp_units"] = fsdp_units
         conditions["skew"] = skew
+        conditions["busy_sender"] = busy_sender
     sidecar = {"provenance": provenance(device), "quick": quick, "threads": threads, "ranks": ranks,
                "seconds": round(time.monotonic() - start, 2), "phases_s": phases, "gemm": gemm, "copy": copy, "layers": layers,
                "collectives": comm, "fits": fits, "step_fit": step_fit, "conditions": conditions,
@@ -810,6 +817,8 @@ def calibrate(quick: bool = False, models=("small",), micro_batches=(1, 2, 4), r
                                                          "(distperf.measure.path_fits.fsdp_unit_table)",
                                 "conditions.skew": "measured, not priced: the book's what-if "
                                                    "(distperf.measure.skew.skew_table)",
+                                "conditions.busy_sender": "measured, not priced: the book's what-if "
+                                                          "(kernels.p2p_stall_s = its stall_s)",
                                 "kernels": "distperf.measure.kernels microbenchmarks (CPU); kernels.step_s: "
                                            "step_fit, on the tiny preset; kernels.probe: per part the median "
                                            "of speed_probe.probes (distperf.measure.speed)"}}
