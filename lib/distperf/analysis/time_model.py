@@ -936,20 +936,43 @@ def bucket_point_rule(tables: dict, hw, side: dict | None) -> dict | None:
     below = max((r["bytes"] for r in measured if r["collective"] == point["collective"] and r["bytes"] < point["bytes"]),
                 default=0)
     out = {"point_s": point["seconds"], "point_bytes": point["bytes"], "below_bytes": below}
-    for name, bucket in (("with", True), ("without", False)):
-        try:
-            priced = profile_from_rounds(hw, side, bucket=bucket)
-        except ValueError:
-            return None
-        e, x = errors(tables, priced), exposed_errors(tables, priced)
-        dp = x[x.kind == "data_parallel"]
-        alpha, beta = next((a, b) for kind, a, b in priced.collectives if kind == "all-reduce")
-        out[name] = {"alpha": alpha, "beta": beta, "runs": len(dp),
-                     "exposed": float(dp.error.abs().median()) if len(dp) else np.nan,
+    try:
+        priced = {name: profile_from_rounds(hw, side, bucket=bucket) for name, bucket in (("with", True),
+                                                                                         ("without", False))}
+    except ValueError:
+        return None
+    out.update(_with_and_without(tables, priced, "data_parallel"))
+    for name, profile in priced.items():
+        out[name]["alpha"], out[name]["beta"] = next((a, b) for kind, a, b in profile.collectives
+                                                     if kind == "all-reduce")
+    return out
+
+
+def _with_and_without(tables: dict, priced: dict, kind: str) -> dict:
+    """A rule's two variants (``priced``: {"with": hardware, "without": hardware}) judged on the held-out runs: per
+    variant, the exposed communication of ``kind`` (``runs``, its median and largest |error| ``exposed`` and
+    ``exposed_max``; NaN without such a run), every judged run's (``all``, ``all_max``) and both modes' median |error|
+    over every held-out run; ``stands``: a lower ``exposed`` median with the term and neither mode's median higher."""
+    out = {}
+    for name, hw in priced.items():
+        e, x = errors(tables, hw), exposed_errors(tables, hw)
+        mine = x[x.kind == kind].error.abs()
+        out[name] = {"runs": len(mine), "exposed": float(mine.median()) if len(mine) else np.nan,
+                     "exposed_max": float(mine.max()) if len(mine) else np.nan,
+                     "all": float(x.error.abs().median()) if len(x) else np.nan,
+                     "all_max": float(x.error.abs().max()) if len(x) else np.nan,
                      **{mode: float(e[mode].abs().median()) for mode in MODES}}
     w, wo = out["with"], out["without"]
-    out["stands"] = bool(w["exposed"] < wo["exposed"] and all(w[mode] <= wo[mode] for mode in MODES))
+    out["stands"] = bool(w["exposed"] < wo["exposed"] and not any(w[mode] > wo[mode] for mode in MODES))
     return out
+
+
+def _verdict(found: dict, term: str, runs: str) -> str:
+    """``term`` stands or not (:func:`_with_and_without`), in words; ``runs`` names the runs it is judged on."""
+    if found["stands"]:
+        return f"{term} stands: a lower exposed median and neither mode's median higher"
+    return f"{term} does not stand: " + (f"no {runs} run to judge it on" if not found["with"]["runs"] else
+                                         "not a lower exposed median with neither mode's median higher")
 
 
 def bucket_point_rule_sentence(tables: dict, hw, side: dict | None) -> str:
@@ -964,12 +987,10 @@ def bucket_point_rule_sentence(tables: dict, hw, side: dict | None) -> str:
         return (f"α {x['alpha'] * 1e6:.0f} µs, β {x['beta'] / 1e9:.2f} GB/s: {exposed}; the held-out runs' median "
                 f"|error| analytical {x['analytical']:.1%}, profiled {x['profiled']:.1%}")
 
-    verdict = ("stands: a lower exposed median and neither mode's median higher" if found["stands"] else
-               "does not stand: " + ("no data-parallel run to judge it on" if not found["with"]["runs"] else
-                                     "not a lower exposed median with neither mode's median higher"))
-    return (f"the issued all-reduce of {format_bytes(found['point_bytes'], 0)} took {found['point_s'] * 1e3:.1f} ms (the rounds' "
-            f"median); with that point in the all-reduce's fit, {told(found['with'])}; without it (the sizes "
-            f"to {format_bytes(found['below_bytes'], 0)}), {told(found['without'])}: the bucket's point {verdict}")
+    return (f"the issued all-reduce of {format_bytes(found['point_bytes'], 0)} took {found['point_s'] * 1e3:.1f} ms "
+            f"(the rounds' median); with that point in the all-reduce's fit, {told(found['with'])}; without it (the "
+            f"sizes to {format_bytes(found['below_bytes'], 0)}), {told(found['without'])}: "
+            + _verdict(found, "the bucket's point", "data-parallel"))
 
 
 
@@ -987,19 +1008,11 @@ def stall_rule(tables: dict, hw, side: dict | None) -> dict | None:
     found = sidecar_conditions(side).get("busy_sender") or {}
     if found.get("stall_s") is None:
         return None
-    out = {"stall_s": float(found["stall_s"]), "stalled": found.get("busy", {}).get("stalled", np.nan)}
-    for name, stall in (("with", float(found["stall_s"])), ("without", 0.0)):
-        priced = replace(hw, kernels=replace(hw.kernels, p2p_stall_s=stall))
-        e, x = errors(tables, priced), exposed_errors(tables, priced)
-        pp = x[x.kind == "pipeline_parallel"]
-        out[name] = {"runs": len(pp), "exposed": float(pp.error.abs().median()) if len(pp) else np.nan,
-                     "exposed_max": float(pp.error.abs().max()) if len(pp) else np.nan,
-                     "all": float(x.error.abs().median()) if len(x) else np.nan,
-                     "all_max": float(x.error.abs().max()) if len(x) else np.nan,
-                     **{mode: float(e[mode].abs().median()) for mode in MODES}}
-    w, wo = out["with"], out["without"]
-    out["stands"] = bool(w["exposed"] < wo["exposed"] and not any(w[mode] > wo[mode] for mode in MODES))
-    return out
+    stall = float(found["stall_s"])
+    priced = {name: replace(hw, kernels=replace(hw.kernels, p2p_stall_s=s)) for name, s in (("with", stall),
+                                                                                           ("without", 0.0))}
+    return {"stall_s": stall, "stalled": found.get("busy", {}).get("stalled", np.nan),
+            **_with_and_without(tables, priced, "pipeline_parallel")}
 
 
 def stall_rule_sentence(tables: dict, hw, side: dict | None) -> str:
@@ -1015,13 +1028,10 @@ def stall_rule_sentence(tables: dict, hw, side: dict | None) -> str:
         return (f"{exposed}; the held-out runs' median |error| analytical {x['analytical']:.1%}, profiled "
                 f"{x['profiled']:.1%}")
 
-    verdict = ("stands: a lower exposed median and neither mode's median higher" if found["stands"] else
-               "does not stand: " + ("no pipeline run to judge it on" if not found["with"]["runs"] else
-                                     "not a lower exposed median with neither mode's median higher"))
     return (f"a receive from a computing sender waited {found['stall_s'] * 1e3:.2f} ms longer on average than one from "
             f"an idle sender ({found['stalled']:.0%} of them over 1 ms); with that stall on every message a pipeline "
-            f"rank receives, {told(found['with'])}; without it (the model), {told(found['without'])}: the stall "
-            f"{verdict}")
+            f"rank receives, {told(found['with'])}; without it (the model), {told(found['without'])}: "
+            + _verdict(found, "the stall", "pipeline"))
 
 
 def recompute_pairs(tables: dict, hw, errs: pd.DataFrame | None = None) -> pd.DataFrame:
