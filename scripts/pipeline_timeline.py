@@ -9,7 +9,7 @@ through ``distperf run``, no memory or communication step) writes its first brea
 (``--trace``: ``distperf.measure.timeline``) and keeps it in numbers (``distperf.measure.pipeline_replay``): the
 pipeline's span, its replay without stalls, the same at the ranks' median action times, and the cost model's closed
 form over those medians. It prints, per schedule and m, the medians over the runs and a sentence; the last run's trace
-is left at ``pipeline_timeline.trace.json`` in the system's temporary directory (open it in Perfetto).
+is left beside the table as ``pipeline_timeline.trace.json`` (open it in Perfetto; the chapter draws it).
 
 Writes ``data/reference/<machine>/pipeline_timeline.csv`` (a row per run, with provenance, as ``distperf sweep``
 writes them; an existing table is resumed, ``--force`` measures again) and its entry in that directory's manifest;
@@ -18,7 +18,6 @@ the chapter "Where the time goes" reads it. Exit status 0 on success, 1 when a r
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,18 +32,27 @@ EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
     "timeout": 300,
     "env": {"OMP_NUM_THREADS": 1},  # one thread per rank, as the book's runs
     "base": {"model": "small", "pp": 2, "micro-batch": 2, "steps": 7, "warmup": 2, "device": "cpu",
-             "hardware": "none", "measure": False,
-             "trace": str(Path(tempfile.gettempdir()) / "pipeline_timeline.trace.json")},
+             "hardware": "none", "measure": False},
     "grid": {"schedule": ["gpipe", "1f1b"], "microbatches": [4, 8]},
 }
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from distperf import results
+
+    found = argparse.ArgumentParser(add_help=False)  # only --out, to put the trace beside the table
+    found.add_argument("--out", type=Path)
+    out = found.parse_known_args(argv)[0].out
+    directory = out.parent if out else results.DATA / "reference" / results.machine_slug("cpu")
+    experiment = {**EXPERIMENT, "base": {**EXPERIMENT["base"], "trace": str(directory.resolve() / pt.TRACE)}}
+
     def report(table) -> str:
         compared = pt.compare(pt.runs(table))
         return compared.to_string(index=False, float_format="{:.2f}".format) + "\n" + pt.sentence(compared)
 
-    return reference.experiment_main(EXPERIMENT, __doc__.splitlines()[0], argv, 6, report)
+    return reference.experiment_main(experiment, __doc__.splitlines()[0], argv, 6, report)
 
 
 if __name__ == "__main__":

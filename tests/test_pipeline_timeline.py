@@ -185,10 +185,33 @@ def _script(name: str):
     return module
 
 
-def test_the_experiment_script_traces_each_run():
-    experiment = _script("pipeline_timeline").EXPERIMENT
-    assert experiment["name"] == pt.NAME and experiment["base"]["trace"].endswith(".json")
-    assert experiment["base"]["measure"] is False
+def test_the_experiment_script_traces_each_run_beside_its_table(tmp_path, monkeypatch):
+    script = _script("pipeline_timeline")
+    seen = {}
+    monkeypatch.setattr(script.reference, "experiment_main",
+                        lambda experiment, *args: seen.update(experiment) or 0)
+    assert script.main(["--repeats", "2", "--out", str(tmp_path / "t.csv")]) == 0
+    assert seen["name"] == pt.NAME and seen["base"]["trace"] == str(tmp_path.resolve() / pt.TRACE)
+    assert seen["base"]["measure"] is False and "trace" not in script.EXPERIMENT["base"]
+
+
+def test_the_chapter_draws_a_trace_with_its_stalls(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = _gpipe((1000.0, 1000.0), (2000.0, 2000.0), m=4, hop=100.0, stall={("F", 2): 3000.0})
+    fig, ax = plt.subplots()
+    pt.draw(ax, ranks, {"config": {"layout": {"schedule": "gpipe", "microbatches": 4}}})
+    reds = [p for p in ax.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb("#c44e52")]
+    assert len(reds) == 1 and reds[0].get_width() == pytest.approx(3.0, abs=0.15)  # the stall, in ms
+    assert len([t for t in ax.texts]) == 16 and "gpipe, m = 4" in ax.get_title()
+    plt.close(fig)
+    assert pt.trace_provenance({}) == "a trace without provenance"
+    assert pt.trace_provenance({"provenance": {"device_name": "cpu", "machine": "m", "date": "d",
+                                               "commit": "0123456789", "torch": "2.13"}}) == (
+        "cpu (m), d, commit 0123456, torch 2.13")
 
 
 def test_the_busy_sender_probe_runs_and_refuses_bad_input():

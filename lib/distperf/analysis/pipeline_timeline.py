@@ -11,6 +11,7 @@ from ..measure.pipeline_replay import STALL_US
 
 
 NAME = "pipeline_timeline"
+TRACE = "pipeline_timeline.trace.json"  # the experiment's last run's trace, archived beside its table
 RUN_COLUMNS = ["schedule", "microbatches", "repeat", "iteration_ms", "span_ms", "replay_ms", "replay_medians_ms",
                "closed_form_ms", "stalls_ms", "variation_ms", "schedule_ms", "excess_ms", "first_communication_ms",
                "first_stalls", "stalls", "stalled_ms"]
@@ -75,3 +76,47 @@ def sentence(compared: pd.DataFrame) -> str:
             f"{largest.removesuffix('_ms')}; that excess is {r.excess_of_first:+.0%} of the first stage's "
             f"{r.first_communication_ms:.1f} ms of communication")
     return "; ".join(parts) + "."
+
+
+def draw(ax, timelines: list[dict], about: dict | None = None) -> None:
+    """One step of a trace (:func:`distperf.measure.pipeline_replay.load`) on ``ax``: per rank a lane of its forwards
+    and backwards (each labelled with its microbatch) above a thin lane of its communication, the stalls
+    (:data:`distperf.measure.pipeline_replay.STALL_US`: waiting after the input had been ready) in red; ms on the
+    x-axis from the earliest rank's window start."""
+    from ..measure.pipeline_replay import actions
+
+    table = actions(timelines)
+    colours = {"F": "#4c72b0", "B": "#dd8452"}
+    for t in timelines:
+        y = -t["rank"]
+        for kind, _, i, a, b in t["actions"]:
+            ax.barh(y, (b - a) / 1e3, left=a / 1e3, height=0.5, color=colours[kind], edgecolor="white", lw=0.5)
+            ax.text((a + b) / 2e3, y, f"{kind}{i}", ha="center", va="center", fontsize=6, color="white")
+        for a, b in t["communication"]:
+            ax.barh(y - 0.4, (b - a) / 1e3, left=a / 1e3, height=0.18, color="#8c8c8c")
+        for r in table[(table["rank"] == t["rank"]) & (table.waited_after > STALL_US)].itertuples():
+            ax.barh(y - 0.4, r.waited_after / 1e3, left=(r.start - r.waited_after) / 1e3, height=0.18, color="#c44e52")
+    ax.set_yticks([-t["rank"] for t in timelines],
+                  [f"rank {t['rank']}\n(stage {t['stage']})" for t in timelines], fontsize="small")
+    ax.set_xlabel("ms from the step's start")
+    lay = (about or {}).get("config", {}).get("layout", {})
+    if lay:
+        ax.set_title(f"{lay.get('schedule')}, m = {lay.get('microbatches')}: forwards (blue), backwards (orange), "
+                     f"waiting (grey), stalls (red)", fontsize="small")
+
+
+def archived_trace():
+    """The archived :data:`TRACE` (``data/reference/<machine>/``; the canonical machine's first), None without one."""
+    from ..results import CANONICAL, DATA
+
+    found = sorted((DATA / "reference").glob(f"*/{TRACE}"), key=lambda p: (p.parent.name != CANONICAL, p))
+    return found[0] if found else None
+
+
+def trace_provenance(about: dict) -> str:
+    """Where a trace came from (its ``distperf.about``), for a caption."""
+    p = about.get("provenance") or {}
+    if not p:
+        return "a trace without provenance"
+    return (f"{p.get('device_name')} ({p.get('machine')}), {p.get('date')}, commit {str(p.get('commit'))[:7]}, "
+            f"torch {p.get('torch')}")

@@ -199,8 +199,8 @@ def measure_breakdown(trainer, next_batch, first_step: int, distributed: bool, t
 
 def write_trace(trace: str | None, ranks: list[dict], trainer) -> dict:
     """Every rank's timeline of its first breakdown step (the gathered ``ranks``) as one Chrome trace at ``trace``,
-    written by the first rank (:func:`distperf.measure.timeline.write_trace`, with the run's configuration under
-    ``distperf.about``); returns ``{"timeline": …}``, the step in numbers on every rank
+    written by the first rank (:func:`distperf.measure.timeline.write_trace`, with the run's configuration and
+    provenance under ``distperf.about``); returns ``{"timeline": …}``, the step in numbers on every rank
     (:func:`distperf.measure.pipeline_replay.summary`), or nothing without a path or where no breakdown step ran
     (not on CPU)."""
     found = [(r.get("breakdown") or {}).get("timeline") for r in ranks]
@@ -210,7 +210,9 @@ def write_trace(trace: str | None, ranks: list[dict], trainer) -> dict:
     from .timeline import write_trace as write
 
     if not dist.is_initialized() or dist.get_rank() == 0:
-        write(trace, found, {"config": trainer.cfg.to_dict()})
+        from ..results import provenance
+
+        write(trace, found, {"config": trainer.cfg.to_dict(), "provenance": provenance(trainer.device.type)})
     lay = trainer.cfg.layout
     return {"timeline": summary(align(found), lay.schedule, lay.microbatches, lay.chunks)}
 
