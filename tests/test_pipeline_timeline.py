@@ -72,7 +72,8 @@ def test_load_lines_the_ranks_up_and_names_a_bad_file(tmp_path):
     assert [t["rank"] for t in ranks] == [0, 1] and [t["shift_us"] for t in ranks] == [0.0, 30.0]
     assert ranks[1]["actions"][0][3:] == [35.0, 36.0] and about == {}
     (tmp_path / "bad.json").write_text("{}")
-    for name, rule in (("bad.json", "not a trace"), ("none.json", "no such file")):
+    (tmp_path / "empty.json").write_text('{"distperf.timelines": []}')
+    for name, rule in (("bad.json", "not a trace"), ("none.json", "no such file"), ("empty.json", "no rank")):
         with pytest.raises(ValueError, match=rule):
             pr.load(tmp_path / name)
 

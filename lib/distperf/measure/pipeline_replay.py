@@ -9,7 +9,7 @@ action's end, or the window's start), the communication in that gap (the breakdo
 moment the dependency ended — waiting while the neighbour still computed, and waiting after it had finished — and
 ``hop``, how long after the dependency's end the action started. An action that waited more than :data:`STALL_US`
 after its neighbour had finished is a *stall*: its input was ready, and did not come. (On this machine the cause is
-measured by ``scripts/busy_sender.py``: gloo hands a message over only once the receiver has posted its receive, on
+measured by :mod:`distperf.measure.busy_sender`: gloo hands a message over only once the receiver has posted its receive, on
 the sender's communication thread, which shares its core with the sender's compute; when that thread is not woken at
 once it waits for the scheduler, a few milliseconds.)
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..measure.intervals import intersect, length, union
+from .intervals import intersect, length, union
 
 # an action that waited longer than this (µs) after its neighbour's action ended is a stall: the receive of an
 # activation or gradient whose sender had finished (on this machine 0.1-0.5 ms when the data is there, the `small`
@@ -51,6 +51,8 @@ def load(path: str | Path) -> tuple[list[dict], dict]:
         raise ValueError(f"{path}: no such file") from None
     except (json.JSONDecodeError, KeyError, TypeError):
         raise ValueError(f"{path}: not a trace of python -m distperf run --trace (no distperf.timelines)") from None
+    if not isinstance(timelines, list) or not timelines:
+        raise ValueError(f"{path}: the trace holds no rank's timeline")
     return align(timelines), trace.get("distperf.about", {})
 
 
