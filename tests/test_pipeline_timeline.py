@@ -93,9 +93,17 @@ def test_waits_split_at_the_moment_the_neighbour_finished():
 
 def test_stalls_are_waits_for_an_input_that_was_ready():
     ranks = _gpipe((1000.0, 1000.0), (2000.0, 2000.0), m=4, hop=100.0, stall={("F", 2): 3000.0})
-    rows = pr.per_rank(ranks, pr.actions(ranks)).set_index("rank")
+    table = pr.actions(ranks)
+    rows = pr.per_rank(ranks, table).set_index("rank")
     assert rows.loc[1, "stalls"] == 1 and rows.loc[1, "stalled_ms"] == pytest.approx(3.0, abs=0.15)
     assert rows.loc[0, "stalls"] == 0
+    # each stage runs its forwards (rank 0) or backwards (rank 1) back to back: every input but the last is ready
+    # while its sender computes the next; after its last forward rank 0 waits for a gradient, after its last
+    # backward rank 1 has nothing left
+    forwards = table[(table["rank"] == 1) & (table.kind == "F")].sender.tolist()
+    backwards = table[(table["rank"] == 0) & (table.kind == "B")].sender.tolist()
+    assert forwards == ["computing"] * 3 + ["waiting"] and backwards == ["computing"] * 3 + ["other"]
+    assert pr.stalls_by_sender(table) == {"computing": [6, 1], "waiting": [1, 0], "other": [1, 0]}
 
 
 def test_the_replay_removes_stalls_and_at_the_medians_variation():
@@ -164,7 +172,9 @@ def test_a_trace_without_its_step_or_to_a_directory_is_refused(tmp_path, flags, 
 def test_the_experiment_reads_its_runs_and_says_what_it_found():
     per = {"span_ms": 110.0, "replay_ms": 104.0, "replay_medians_ms": 103.0, "closed_form_ms": 100.0,
            "per_rank": json.dumps([{"stage": 0, "communication_ms": 20.0, "stalls": 1, "stalled_ms": 2.0},
-                                   {"stage": 1, "communication_ms": 15.0, "stalls": 2, "stalled_ms": 5.0}])}
+                                   {"stage": 1, "communication_ms": 15.0, "stalls": 2, "stalled_ms": 5.0}]),
+           **{f"stalls_by_sender.{state}": json.dumps(v) for state, v in (("computing", [4, 2]), ("waiting", [3, 1]),
+                                                                           ("other", [1, 0]))}}
     table = pd.DataFrame([{"status": "ok", "config.layout.schedule": s, "config.layout.microbatches": m,
                            "repeat": k, "iteration_time_s.median": 0.1,
                            **{f"timeline.{key}": value for key, value in per.items()}}
@@ -176,6 +186,7 @@ def test_the_experiment_reads_its_runs_and_says_what_it_found():
     assert compared.excess_of_first.eq(0.5).all() and compared.runs.eq(2).all()
     text = pt.sentence(compared)
     assert "gpipe at m = 8" in text and "the largest part is stalls" in text and "+50% of the first stage" in text
+    assert "computing 4 of 8, waiting 2 of 6, other 0 of 2" in text  # summed over a configuration's two runs
     assert pt.sentence(pt.compare(pt.runs(None))) == "No run kept its timeline."
 
 
@@ -219,12 +230,14 @@ def test_the_busy_sender_probe_runs_and_refuses_bad_input():
     proc = subprocess.run([sys.executable, "-m", "distperf.measure.busy_sender", "--trials", "3", "--timeout", "120"],
                           capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "sender busy:" in proc.stdout and "sender idle:" in proc.stdout and "expected stall" in proc.stdout
+    assert all(f"{label}: receive median" in proc.stdout for label in ("sender computing", "sender sleeping",
+                                                                        "both posting at once"))
+    assert "expected stall" in proc.stdout
     proc = subprocess.run([sys.executable, "-m", "distperf.measure.busy_sender", "--trials", "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--trials must be at least 1" in proc.stderr
     from distperf.measure.busy_sender import summary
 
-    found = summary({"busy": [1e-4, 2e-4, 4e-3, 1e-4], "idle": [1e-4, 1e-4, 2e-4]})
-    assert found["busy"]["stalled"] == 0.25 and found["idle"]["stalled"] == 0
+    found = summary({"busy": [1e-4, 2e-4, 4e-3, 1e-4], "idle": [1e-4, 1e-4, 2e-4], "together": [3e-3, 1e-4]})
+    assert found["busy"]["stalled"] == 0.25 and found["idle"]["stalled"] == 0 and found["together"]["stalled"] == 0.5
     assert found["stall_s"] == pytest.approx((1e-4 + 2e-4 + 4e-3 + 1e-4) / 4 - 1e-4)

@@ -5,16 +5,18 @@ without stalls and at the ranks' median action times, and the cost model's close
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from ..measure.pipeline_replay import STALL_US
+from ..measure.pipeline_replay import SENDER_STATES, STALL_US
 
 
 NAME = "pipeline_timeline"
 TRACE = "pipeline_timeline.trace.json"  # the experiment's last run's trace, archived beside its table
 RUN_COLUMNS = ["schedule", "microbatches", "repeat", "iteration_ms", "span_ms", "replay_ms", "replay_medians_ms",
                "closed_form_ms", "stalls_ms", "variation_ms", "schedule_ms", "excess_ms", "first_communication_ms",
-               "first_stalls", "stalls", "stalled_ms"]
+               "first_stalls", "stalls", "stalled_ms",
+               *(f"{state}_{what}" for state in SENDER_STATES for what in ("receives", "stalls"))]
 TERMS = ("stalls_ms", "variation_ms", "schedule_ms")
 
 
@@ -31,6 +33,7 @@ def runs(table: pd.DataFrame | None) -> pd.DataFrame:
     out = []
     for _, r in table[(table["status"] == "ok") & table["timeline.span_ms"].notna()].iterrows():
         ranks = json_cell(r.get("timeline.per_rank")) or []
+        by_sender = {state: json_cell(r.get(f"timeline.stalls_by_sender.{state}")) for state in SENDER_STATES}
         first = next((x for x in ranks if x.get("stage") == 0), {})
         span, replayed, medians, closed = (float(r[f"timeline.{k}"]) for k in (
             "span_ms", "replay_ms", "replay_medians_ms", "closed_form_ms"))
@@ -40,19 +43,24 @@ def runs(table: pd.DataFrame | None) -> pd.DataFrame:
                     "stalls_ms": span - replayed, "variation_ms": replayed - medians, "schedule_ms": medians - closed,
                     "excess_ms": span - closed, "first_communication_ms": first.get("communication_ms", float("nan")),
                     "first_stalls": first.get("stalls", 0), "stalls": sum(x.get("stalls", 0) for x in ranks),
-                    "stalled_ms": sum(x.get("stalled_ms", 0.0) for x in ranks)})
+                    "stalled_ms": sum(x.get("stalled_ms", 0.0) for x in ranks),
+                    **{f"{state}_{what}": (by_sender[state] if isinstance(by_sender[state], list) else
+                                           [np.nan, np.nan])[k] for state in SENDER_STATES
+                       for k, what in enumerate(("receives", "stalls"))}})
     return pd.DataFrame(out, columns=RUN_COLUMNS)
 
 
 def compare(per_run: pd.DataFrame) -> pd.DataFrame:
-    """Per schedule and m, the medians over the runs of :func:`runs`' numbers, with ``runs``, the share of the span
-    the excess over the closed form is (``excess_share``) and the share of the first stage's communication it is
-    (``excess_of_first``)."""
+    """Per schedule and m, the medians over the runs of :func:`runs`' numbers (the receives and stalls by what their
+    sender was doing: the sums), with ``runs``, the share of the span the excess over the closed form is
+    (``excess_share``) and the share of the first stage's communication it is (``excess_of_first``)."""
     if not len(per_run):
         return pd.DataFrame()
-    numbers = [c for c in RUN_COLUMNS if c not in ("schedule", "microbatches", "repeat")]
-    out = per_run.groupby(["schedule", "microbatches"])[numbers].median()
-    out.insert(0, "runs", per_run.groupby(["schedule", "microbatches"]).size())
+    counted = [f"{state}_{what}" for state in SENDER_STATES for what in ("receives", "stalls")]
+    numbers = [c for c in RUN_COLUMNS if c not in ("schedule", "microbatches", "repeat", *counted)]
+    groups = per_run.groupby(["schedule", "microbatches"])
+    out = groups[numbers].median().join(groups[counted].sum(min_count=1))
+    out.insert(0, "runs", groups.size())
     out["excess_share"] = out.excess_ms / out.span_ms
     out["excess_of_first"] = out.excess_ms / out.first_communication_ms
     return out.reset_index()
@@ -74,8 +82,16 @@ def sentence(compared: pd.DataFrame) -> str:
             f"than {STALL_US / 1e3:.0f} ms for an input that was ready), variation {r.variation_ms:+.1f} ms, the "
             f"schedule beyond the formula {r.schedule_ms:+.1f} ms; the largest part is "
             f"{largest.removesuffix('_ms')}; that excess is {r.excess_of_first:+.0%} of the first stage's "
-            f"{r.first_communication_ms:.1f} ms of communication")
+            f"{r.first_communication_ms:.1f} ms of communication{_by_sender(r)}")
     return "; ".join(parts) + "."
+
+
+def _by_sender(r) -> str:
+    """The stall rate of the receives by what their sender was doing when the input was ready, in words."""
+    told = [f"{state} {int(r[f'{state}_stalls'])} of {int(r[f'{state}_receives'])}" for state in SENDER_STATES
+            if f"{state}_receives" in r and r[f"{state}_receives"] > 0]
+    return (" (stalled receives by what the sender was doing once the input was ready: " + ", ".join(told) + ")"
+            if told else "")
 
 
 def draw(ax, timelines: list[dict], about: dict | None = None) -> None:

@@ -10,10 +10,13 @@ model's two-stage pipelines at m = 8 they were 1.5 to 7 ms each, up to seven a s
 The probe (:func:`busy_sender_waits`, run by the calibration): each trial starts at a barrier; rank 0 posts an
 ``isend`` of :data:`MESSAGE_BYTES` (the `small` model's activation at micro-batch 2) and then either computes (128×128
 matrix products) or sleeps for :data:`HOLD_S`, then waits on its send; rank 1 sleeps :data:`LEAD_S`, so that the send
-is long posted, and times a blocking ``recv``. The two modes alternate trial by trial. ``stall_s``, the busy mode's
+is long posted, and times a blocking ``recv``. A third mode, ``together``, has both ranks sleep :data:`LEAD_S` and
+then send and receive at once, neither computing. The modes alternate trial by trial. ``stall_s``, the busy mode's
 mean receive less the idle mode's median, is the expected cost of one receive from a computing sender: a what-if of
 the cost model (``kernels.p2p_stall_s``, which no profile sets: :mod:`distperf.cost.kernels`), judged by the rule of
-the chapter "Where the time goes".
+the chapter "Where the time goes" (it did not stand on the build that judged it). On 6 December 2026 a pipeline's
+stalls came as often when the sender was waiting as when it computed (:func:`distperf.measure.pipeline_replay.
+stalls_by_sender`), and a bare send and receive posted together stalled too: the third mode measures that.
 
     python -m distperf.measure.busy_sender                 # 100 trials of each mode, two pinned ranks
     python -m distperf.measure.busy_sender --trials 5
@@ -30,7 +33,7 @@ HOLD_S = 0.010  # the sender computes or sleeps this long after posting
 LEAD_S = 0.002  # the receiver posts this long after the send
 STALL_S = 0.001  # a receive slower than this stalled (distperf.measure.pipeline_replay.STALL_US)
 TRIALS, TRIALS_QUICK = 100, 12
-MODES = ("busy", "idle")
+MODES = ("busy", "idle", "together")
 
 
 def summary(times: dict[str, list[float]]) -> dict:
@@ -61,10 +64,19 @@ def _rank(rank: int, world: int, trials: int, nbytes: int, out: str) -> None:
     message = torch.zeros(max(1, nbytes // 4))
     a, b = torch.randn(128, 128), torch.randn(128, 128)
     times = {m: [] for m in MODES}
-    for k in range(2 * trials + 2):  # the first two warm up
-        mode = MODES[k % 2]
+    for k in range(len(MODES) * (trials + 1)):  # the first round warms up
+        mode = MODES[k % len(MODES)]
         dist.barrier()
-        if rank == 0:
+        if mode == "together":  # both ranks sleep, then send and receive at once
+            time.sleep(LEAD_S)
+            start = time.perf_counter()
+            if rank == 0:
+                dist.send(message, 1)
+            elif rank == 1:
+                dist.recv(message, 0)
+                if k >= len(MODES):
+                    times[mode].append(time.perf_counter() - start)
+        elif rank == 0:
             work = dist.isend(message, 1)
             if mode == "busy":
                 end = time.perf_counter() + HOLD_S
@@ -77,7 +89,7 @@ def _rank(rank: int, world: int, trials: int, nbytes: int, out: str) -> None:
             time.sleep(LEAD_S)
             start = time.perf_counter()
             dist.recv(message, 0)
-            if k >= 2:
+            if k >= len(MODES):
                 times[mode].append(time.perf_counter() - start)
     every = [None] * world
     dist.all_gather_object(every, times)
@@ -113,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"{args.trials} trials of each mode, {found['bytes']} bytes, the sender held {found['hold_s'] * 1e3:g} ms")
+    labels = {"busy": "sender computing", "idle": "sender sleeping", "together": "both posting at once"}
     for mode in MODES:
         s = found[mode]
-        print(f"  sender {mode}: receive median {s['median_s'] * 1e3:.3f} ms, 90th percentile {s['p90_s'] * 1e3:.3f}, "
+        print(f"  {labels[mode]}: receive median {s['median_s'] * 1e3:.3f} ms, 90th percentile {s['p90_s'] * 1e3:.3f}, "
               f"largest {s['max_s'] * 1e3:.3f}, mean {s['mean_s'] * 1e3:.3f}; {s['stalled']:.0%} slower than "
               f"{STALL_S * 1e3:g} ms")
     print(f"expected stall of a receive from a computing sender: {found['stall_s'] * 1e3:.3f} ms")

@@ -38,7 +38,8 @@ from .intervals import intersect, length, union
 # model's micro-batch of 2: 6 December 2026)
 STALL_US = 1000.0
 COLUMNS = ["rank", "stage", "kind", "microbatch", "order", "start", "end", "compute", "gap", "waited",
-           "waited_neighbour", "waited_after", "dependency_rank", "dependency_end", "hop", "bound"]
+           "waited_neighbour", "waited_after", "dependency_rank", "dependency_end", "hop", "bound", "sender"]
+SENDER_STATES = ("computing", "waiting", "other")  # what the sender did when an input became ready
 
 
 def load(path: str | Path) -> tuple[list[dict], dict]:
@@ -82,8 +83,12 @@ def actions(timelines: list[dict]) -> pd.DataFrame:
     ``waited`` the communication inside that gap, split into ``waited_neighbour`` (before the dependency ended) and
     ``waited_after`` (after it), ``hop`` the start less the dependency's end (NaN for a dependency on the same rank
     or none), ``bound`` whether the dependency was what the action waited for: it ended on the other rank after this
-    rank's previous action (the rank was free before its input was).""" 
+    rank's previous action (the rank was free before its input was), ``sender`` what the dependency's rank was doing
+    once the input was ready and this rank free to take it (:data:`SENDER_STATES`: inside an action, inside
+    communication, anything else; "" for a dependency on the same rank or none)."""
     ends, where = {}, {}
+    spans = {t["rank"]: ([(a[3], a[4]) for a in t["actions"]], union(tuple(c) for c in t["communication"]))
+             for t in timelines}
     stages = 1 + max((a[1] for t in timelines for a in t["actions"]), default=-1)
     for t in timelines:
         for kind, stage, i, _, end in t["actions"]:
@@ -107,9 +112,27 @@ def actions(timelines: list[dict]) -> pd.DataFrame:
                          "waited_after": length(intersect(comm, [(cut, start)] if start > cut else [])),
                          "dependency_rank": dep_rank, "dependency_end": dep_end,
                          "hop": start - dep_end if other else float("nan"),
-                         "bound": bool(other and dep_end > previous)})
+                         "bound": bool(other and dep_end > previous),
+                         "sender": _state(spans[dep_rank], max(dep_end, previous)) if other else ""})
             previous = end
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _state(spans: tuple, moment: float) -> str:
+    """What a rank with (action spans, communication spans) ``spans`` was doing just after ``moment`` (µs)."""
+    after = moment + 1.0
+    actions, comm = spans
+    if any(a <= after < b for a, b in actions):
+        return "computing"
+    return "waiting" if any(a <= after < b for a, b in comm) else "other"
+
+
+def stalls_by_sender(table: pd.DataFrame) -> dict:
+    """{state: [receives, stalls]} over the actions of :func:`actions` that took an input from another rank, by what
+    the sender was doing when the input was ready (:data:`SENDER_STATES`)."""
+    taken = table[table.sender != ""]
+    return {state: [int((taken.sender == state).sum()), int(((taken.sender == state) & (taken.waited_after > STALL_US))
+                                                           .sum())] for state in SENDER_STATES}
 
 
 def per_rank(timelines: list[dict], table: pd.DataFrame) -> pd.DataFrame:
@@ -208,7 +231,8 @@ def measured_span(table: pd.DataFrame) -> float:
 def summary(timelines: list[dict], schedule: str, microbatches: int, chunks: int = 1) -> dict:
     """A step's timeline in numbers (ms): the pipeline's measured span, its :func:`replay` with every action's own
     compute and at the ranks' medians, the :func:`closed_form`, and each rank's waits (:func:`per_rank`, ``per_rank``);
-    what ``python -m distperf run --trace`` keeps under ``timeline``. Empty without actions (no pipeline)."""
+    what ``python -m distperf run --trace`` keeps under ``timeline``, with :func:`stalls_by_sender`. Empty without
+    actions (no pipeline)."""
     table = actions(timelines)
     if not len(table):
         return {}
@@ -216,7 +240,7 @@ def summary(timelines: list[dict], schedule: str, microbatches: int, chunks: int
     return {"span_ms": measured_span(table) / 1e3, "replay_ms": replay(table) / 1e3,
             "replay_medians_ms": replay(table, own_compute=False) / 1e3,
             "closed_form_ms": closed_form(table, schedule, microbatches, chunks) / 1e3,
-            "per_rank": ranks.to_dict(orient="records")}
+            "per_rank": ranks.to_dict(orient="records"), "stalls_by_sender": stalls_by_sender(table)}
 
 
 
