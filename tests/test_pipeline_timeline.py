@@ -173,7 +173,7 @@ def test_the_experiment_reads_its_runs_and_says_what_it_found():
     per = {"span_ms": 110.0, "replay_ms": 104.0, "replay_medians_ms": 103.0, "closed_form_ms": 100.0,
            "per_rank": json.dumps([{"stage": 0, "communication_ms": 20.0, "stalls": 1, "stalled_ms": 2.0},
                                    {"stage": 1, "communication_ms": 15.0, "stalls": 2, "stalled_ms": 5.0}]),
-           **{f"stalls_by_sender.{state}": json.dumps(v) for state, v in (("computing", [4, 2]), ("waiting", [3, 1]),
+           **{f"stalls_by_sender.{state}": json.dumps(v) for state, v in (("computing", [4, 2]), ("waiting", [3, 2]),
                                                                            ("other", [1, 0]))}}
     table = pd.DataFrame([{"status": "ok", "config.layout.schedule": s, "config.layout.microbatches": m,
                            "repeat": k, "iteration_time_s.median": 0.1,
@@ -186,8 +186,13 @@ def test_the_experiment_reads_its_runs_and_says_what_it_found():
     assert compared.excess_of_first.eq(0.5).all() and compared.runs.eq(2).all()
     text = pt.sentence(compared)
     assert "gpipe at m = 8" in text and "the largest part is stalls" in text and "+50% of the first stage" in text
-    assert "computing 4 of 8, waiting 2 of 6, other 0 of 2" in text  # summed over a configuration's two runs
+    assert "computing 4 of 8, waiting 4 of 6, other 0 of 2" in text  # summed over a configuration's two runs
     assert pt.sentence(pt.compare(pt.runs(None))) == "No run kept its timeline."
+    assert pt.sender_sentence(runs).endswith("(50% of those whose sender computed, 67% of those whose sender waited on "
+                                             "its own communication): a computing sender is not their only cause")
+    fits = runs.assign(waiting_stalls=0)
+    assert pt.sender_sentence(fits).endswith("the stalls fit a computing sender as their cause")
+    assert pt.sender_sentence(pt.runs(None)) == "no run kept what the senders were doing"
 
 
 def _script(name: str):

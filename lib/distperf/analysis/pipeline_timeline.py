@@ -136,3 +136,29 @@ def trace_provenance(about: dict) -> str:
         return "a trace without provenance"
     return (f"{p.get('device_name')} ({p.get('machine')}), {p.get('date')}, commit {str(p.get('commit'))[:7]}, "
             f"torch {p.get('torch')}")
+
+
+SENDER_RATIO = 1.5  # a stall rate this many times another's is "more often"
+
+
+def sender_sentence(per_run: pd.DataFrame) -> str:
+    """Over every run of :func:`runs`, the stall rate of the receives whose sender was computing when the input was
+    ready against that of those whose sender was waiting in its own communication (its core free for the transfer),
+    in words, with the rule declared with it (6 December 2026): if the waiting senders' receives stalled less often
+    (their rate at most the computing ones' over :data:`SENDER_RATIO`), the stalls fit a computing sender as their
+    cause; else a computing sender is not their only cause."""
+    counted = [f"{state}_{what}" for state in SENDER_STATES for what in ("receives", "stalls")]
+    if not len(per_run) or per_run[counted].isna().all().all():
+        return "no run kept what the senders were doing"
+    total = per_run[counted].sum()
+    by = ", ".join(f"{state} {int(total[f'{state}_stalls'])} of {int(total[f'{state}_receives'])}"
+                   for state in SENDER_STATES)
+    busy_n, idle_n = total["computing_receives"], total["waiting_receives"]
+    if not busy_n or not idle_n:
+        return f"over the {len(per_run)} runs, stalled receives by what the sender was doing: {by}; no comparison"
+    busy, idle = total["computing_stalls"] / busy_n, total["waiting_stalls"] / idle_n
+    verdict = ("the stalls fit a computing sender as their cause" if idle * SENDER_RATIO <= busy else
+               "a computing sender is not their only cause")
+    return (f"over the {len(per_run)} runs, stalled receives by what the sender was doing when the input was ready: "
+            f"{by} ({busy:.0%} of those whose sender computed, {idle:.0%} of those whose sender waited on its own "
+            f"communication): {verdict}")
