@@ -25,20 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
+from distperf import reference  # noqa: E402
+
 NAME = "breakdown_steps"
-EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
-    "name": NAME,
-    "command": "run",
-    "timeout": 300,
-    "env": {"OMP_NUM_THREADS": 1},  # one thread per rank, as the book's runs
-    "base": {"model": "small", "pp": 2, "micro-batch": 2, "microbatches": 8, "steps": 7, "warmup": 2,
-             "device": "cpu", "hardware": "none", "measure": False},
-    "grid": {"schedule": ["gpipe", "1f1b"]},
-}
+EXPERIMENT = reference.two_stage_experiment(NAME, {"schedule": ["gpipe", "1f1b"]}, microbatches=8)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from distperf import reference
     from distperf.analysis import breakdown_noise
 
     def report(table) -> str:

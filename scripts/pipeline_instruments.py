@@ -28,15 +28,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 from distperf import reference  # noqa: E402
 from distperf.analysis import pipeline_instruments as pi  # noqa: E402
 
-EXPERIMENT = {  # the keys of an experiment file (distperf.runner.grid)
-    "name": pi.NAME,
-    "command": "run",
-    "timeout": 300,
-    "env": {"OMP_NUM_THREADS": 1},  # one thread per rank, as the book's runs
-    "base": {"model": "small", "pp": 2, "micro-batch": 2, "steps": 7, "warmup": 2, "device": "cpu",
-             "hardware": "none", "measure": False},
-    "grid": {"schedule": ["gpipe", "1f1b"], "microbatches": [4, 8]},
-}
+EXPERIMENT = reference.two_stage_experiment(pi.NAME, {"schedule": ["gpipe", "1f1b"], "microbatches": [4, 8]})
 
 
 def main(argv: list[str] | None = None) -> int:

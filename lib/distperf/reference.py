@@ -191,6 +191,17 @@ def record_table(path: Path) -> None:
         atomic.write_text(path.parent / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
+def two_stage_experiment(name: str, grid: dict, **base) -> dict:
+    """The keys of an experiment file (:mod:`distperf.runner.grid`) for the pipeline experiments the chapter "Where
+    the time goes" cites: ``distperf run`` of the `small` model on two pipeline stages, micro-batch 2, seven steps of
+    which two warm up, one thread per rank as the book's runs, no memory or communication step and no prediction,
+    over ``grid``; ``base`` adds to or overrides those flags."""
+    return {"name": name, "command": "run", "timeout": 300, "env": {"OMP_NUM_THREADS": 1},
+            "base": {"model": "small", "pp": 2, "micro-batch": 2, "steps": 7, "warmup": 2, "device": "cpu",
+                     "hardware": "none", "measure": False, **base},
+            "grid": grid}
+
+
 def at_least_two(text: str) -> int:
     """An argparse type: a whole number of runs of at least 2 (a spread needs two)."""
     import argparse
