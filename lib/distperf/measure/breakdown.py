@@ -198,10 +198,14 @@ class StepBreakdown:
         return False
 
     def _window(self):
-        """(the events from the marker on, the main thread, the window's start in µs)."""
-        events = profiler_events(self._profiler)
-        marker = next(e for e in events if e.name == _MARKER)
-        return [e for e in events if e.time_range.start >= marker.time_range.start], marker.thread, marker.time_range.end
+        """(the events from the marker on, the main thread, the window's start in µs), read from the profiler once:
+        a traced step asks for both its summary and its timeline."""
+        if getattr(self, "_read", None) is None:
+            events = profiler_events(self._profiler)
+            marker = next(e for e in events if e.name == _MARKER)
+            self._read = ([e for e in events if e.time_range.start >= marker.time_range.start], marker.thread,
+                          marker.time_range.end)
+        return self._read
 
     def summary(self, steps: int = 1) -> dict:
         events, thread, start = self._window()
