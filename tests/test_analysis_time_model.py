@@ -841,6 +841,26 @@ def test_the_receive_stall_stands_where_it_prices_a_pipelines_waiting(truth):
     assert tm.stall_rule_sentence(runs, HW, None) == "this calibration did not time a receive from a computing sender"
 
 
+@pytest.mark.parametrize("truth", [True, False])
+def test_ddps_slopes_stand_where_they_price_a_ddp_runs_iteration(truth):
+    """A DDP run whose iteration (both modes) is what the model gives with DDP's cost per tensor and per byte, or
+    without it: the slopes stand only in the first; a profile without them has no rule to judge."""
+    sloped = replace(HW, kernels=replace(HW.kernels, ddp_tensor_s=5e-6, ddp_byte_s=1e-9))
+    runs = {"regimes": pd.DataFrame([row("small", 1.0, 1.0, hw=sloped if truth else HW, dp=2)])}
+    found = tm.ddp_slopes_rule(runs, sloped)
+    assert found["stands"] is truth and found["with"]["runs"] == found["without"]["runs"] == 1
+    for mode in tm.MODES:
+        assert found["with" if truth else "without"]["ddp"][mode] == pytest.approx(0.0, abs=1e-9)
+        assert found["without" if truth else "with"]["ddp"][mode] > 0.01
+    sentence = tm.ddp_slopes_rule_sentence(runs, sloped)
+    assert sentence.startswith("DDP's 5.00 µs per parameter tensor and 1000 ps per byte of gradient: with them, the "
+                               "1 ")
+    assert (": the slopes stand: " in sentence) is truth
+    assert tm.ddp_slopes_rule(runs, HW) is None
+    assert tm.ddp_slopes_rule_sentence(runs, HW) == ("this calibration did not measure DDP's cost per tensor and per "
+                                                     "byte")
+
+
 def test_the_receive_stall_adds_to_each_received_message_of_a_pipeline_only():
     stall = 1e-3
     stalled = replace(HW, kernels=replace(HW.kernels, p2p_stall_s=stall))

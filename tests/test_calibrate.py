@@ -125,6 +125,7 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     # machine, but the largest is well above it
     assert all(r[1] > 0 and r[2] >= 0 for r in k.linear_fp32) and k.linear_fp32[-1][2] > 0
     assert k.tp_layer_s > 0 and k.fsdp_unit_s > 0 and k.module_call_s > 0
+    assert k.ddp_tensor_s > 0 and k.ddp_byte_s > 0  # DDP's hook per tensor, its copies per byte
     # checkpoint's hooks and the repeated dispatch: residuals of three timed steps, clamped at 0 (noise on a busy
     # machine can take one to 0, so only their presence and range are checked here; their values are the build's)
     assert all(0 <= getattr(k, name) < 1.0 for name in RECOMPUTE_WRAPPERS)

@@ -418,3 +418,50 @@ def test_recomputation_constants_are_the_checkpointed_steps_beyond_the_plain_one
     assert out == {"recompute_layer_s": 1.0, "recompute_core_s": 0.0, "tp_recompute_layer_s": 2.5,
                    "tp_recompute_core_s": 0.0, "tp_sp_recompute_layer_s": 0.0, "tp_sp_recompute_core_s": 1.5}
     assert set(out) == set(kn.RECOMPUTE_WRAPPERS) and next(times, None) is None
+
+
+def test_ddp_slopes_are_the_extra_times_slopes_over_tensors_and_bytes_and_at_least_0(monkeypatch):
+    """The formula of :func:`measure.kernels.ddp_slopes`, on scripted times (no timing): DDP's extra (wrapped − plain)
+    over 1 and 64 tiny tensors per tensor, over one tensor of 1 and of 16 MiB per byte, clamped at 0."""
+    import torch.nn.parallel
+
+    from distperf.measure import kernels as measured
+
+    # (wrapped, plain) for 1 tensor, 64 tensors, 1 MiB, 16 MiB
+    times = iter([3e-4, 1e-4, 4.41e-4, 1e-4, 5e-4, 1e-4, 2.0e-3, 1e-4])
+    monkeypatch.setattr(measured, "median_time", lambda fn, min_run_time: next(times))
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda module, process_group: module)
+    out = measured.ddp_slopes(None, 0.1)
+    assert out["ddp_tensor_s"] == pytest.approx((3.41e-4 - 2e-4) / 63)
+    assert out["ddp_byte_s"] == pytest.approx((1.9e-3 - 4e-4) / (15 << 20))
+    assert next(times, None) is None
+    times = iter([3e-4, 1e-4, 1e-4, 1e-4, 5e-4, 1e-4, 2e-4, 1e-4])  # noise: fewer seconds with more
+    assert measured.ddp_slopes(None, 0.1) == {"ddp_tensor_s": 0.0, "ddp_byte_s": 0.0}
+
+
+def test_the_ddp_probe_block_has_the_tensors_the_cost_model_subtracts():
+    from distperf.config import ModelSpec
+    from distperf.measure import kernels as measured
+    from distperf.model import Block
+
+    assert len(list(Block(ModelSpec(**measured.PROBE)).parameters())) == kn.DDP_PROBE_TENSORS
+
+
+def test_ddp_costs_its_step_and_its_slopes_beyond_the_probe_and_only_under_ddp():
+    from distperf.cost.predict import rank_spans
+    from distperf.cost.stage import ddp_time, rank_tensors
+
+    costs = synthetic_costs(ddp_step_s=1e-4, ddp_tensor_s=2e-6, ddp_byte_s=1e-10)
+    cfg = small_cfg(dp=2)
+    span = rank_spans(cfg)[0]
+    tensors = rank_tensors(cfg.model, cfg.layout, span)
+    count, elements = sum(c for c, _, _ in tensors), sum(c * n for c, _, n in tensors)
+    assert count > kn.DDP_PROBE_TENSORS and 4 * elements > 1 << 20  # the small model's 3 MiB of gradients
+    expected = 1e-4 + 2e-6 * (count - kn.DDP_PROBE_TENSORS) + 1e-10 * 4 * elements
+    assert ddp_time(costs, cfg.layout, tensors, 4) == pytest.approx(expected)
+    hw = replace(PRESETS["A100-80GB"], kernels=synthetic_costs(ddp_step_s=1e-4))
+    sloped = replace(hw, kernels=costs)
+    gained = predict(cfg, sloped)["time_s"]["iteration"] - predict(cfg, hw)["time_s"]["iteration"]
+    assert gained == pytest.approx(expected - 1e-4, rel=1e-6)
+    for other in (small_cfg(), small_cfg(dp=2, zero=2), small_cfg(tp=2)):  # no DDP: the slopes cost nothing
+        assert predict(other, sloped)["time_s"] == predict(other, hw)["time_s"]

@@ -625,7 +625,8 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None, pipeline_split
     :data:`PIPELINE_SPLIT`)."""
     from ..cost import predict
     from ..cost.predict import DDP_BUCKET_BYTES, rank_spans
-    from ..cost.stage import accumulate_time, action_inside, kernel_classes
+    from ..cost.model_states import state_bytes
+    from ..cost.stage import accumulate_time, action_inside, ddp_time, kernel_classes, rank_tensors
 
     out = predict(cfg, hw, bucket_bytes or DDP_BUCKET_BYTES, check=False)
     lay, m = cfg.layout, cfg.layout.microbatches
@@ -636,7 +637,8 @@ def predicted_classes(cfg, hw, bucket_bytes: float | None = None, pipeline_split
     accumulate = (m - 1) * accumulate_time(cfg.model, lay, hw, spans[busiest])
     classes["other_operators"] += accumulate + fsdp_units_time(cfg, hw, spans[busiest])
     t = out["time_s"]
-    per_step = hw.kernels.step_s + (hw.kernels.ddp_step_s if lay.dp > 1 and lay.zero < 2 else 0.0)
+    per_step = hw.kernels.step_s + ddp_time(hw.kernels, lay, rank_tensors(cfg.model, lay, spans[busiest]),
+                                            state_bytes(cfg.training, out["convention"])[1])
     classes["framework"] += per_step
     classes["optimizer"] = max(t["compute"] - sum(classes[c] for c in kn.CLASSES), 0.0)  # what compute has left
     outside = tp_outside(cfg, hw, spans[busiest])
@@ -711,6 +713,10 @@ def constants_table(hw) -> pd.DataFrame:
         ("tp_sp_layer_s", f"{k.tp_sp_layer_s * 1e6:.3g}", "µs per layer and microbatch", "the same, sequence parallel"),
         ("fsdp_unit_s", f"{k.fsdp_unit_s * 1e6:.3g}", "µs per unit and microbatch", "a Block under fully_shard"),
         ("ddp_step_s", f"{k.ddp_step_s * 1e6:.3g}", "µs per step", "a Block under DDP"),
+        ("ddp_tensor_s", f"{k.ddp_tensor_s * 1e6:.3g}", "µs per parameter tensor beyond the Block's",
+         "DDP on modules of 1 and 64 tensors of 64 elements, less the plain modules: the slope"),
+        ("ddp_byte_s", f"{k.ddp_byte_s * 1e12:.3g}", "ps per byte of gradient",
+         "DDP on one tensor of 1 MiB and one of 16 MiB, less the plain modules: the slope"),
         ("adam_dtensor_tensor_s", f"{k.adam_dtensor_tensor_s * 1e6:.3g}", "µs per tensor",
          "Adam on DTensor parameters less on plain ones"),
         ("contention_memory", f"{k.contention_memory:.3g}", "× (all ranks at once / one alone)",
@@ -1032,6 +1038,54 @@ def stall_rule_sentence(tables: dict, hw, side: dict | None) -> str:
             f"an idle sender ({found['stalled']:.0%} of them over 1 ms); with that stall on every message a pipeline "
             f"rank receives, {told(found['with'])}; without it (the model), {told(found['without'])}: "
             + _verdict(found, "the stall", "pipeline"))
+
+
+def ddp_slopes_rule(tables: dict, hw) -> dict | None:
+    """DDP priced with and without its cost per parameter tensor and per byte of gradient (``kernels.ddp_tensor_s``,
+    ``ddp_byte_s``: :func:`distperf.measure.kernels.ddp_slopes`, :func:`distperf.cost.stage.ddp_time`): per variant,
+    ``with`` and ``without``, the held-out DDP runs' (data parallel under ZeRO 0 or 1) median |error| per mode
+    (``ddp``: {mode: …}; their count ``runs``) and both modes' median |error| over every held-out run; and
+    ``stands``, the rule declared on 6 December 2026, before the build that judges it: the slopes stand if, with
+    them, the DDP runs' median |error| is lower in both modes and neither mode's median over the held-out runs is
+    higher. None where the calibration did not measure them."""
+    if hw is None or hw.kernels is None or not (hw.kernels.ddp_tensor_s or hw.kernels.ddp_byte_s):
+        return None
+    frame = _frame(tables)
+    ddp = set(frame.loc[(frame["config.layout.dp"].astype(int) > 1) & (frame["config.layout.zero"].astype(int) < 2),
+                        "config_hash"]) if len(frame) else set()
+    priced = {"with": hw, "without": replace(hw, kernels=replace(hw.kernels, ddp_tensor_s=0.0, ddp_byte_s=0.0))}
+    out = {"tensor_s": hw.kernels.ddp_tensor_s, "byte_s": hw.kernels.ddp_byte_s}
+    for name, variant in priced.items():
+        e = errors(tables, variant)
+        mine = e[e.config_hash.isin(ddp)]
+        out[name] = {"runs": len(mine), "ddp": {mode: float(mine[mode].abs().median()) if len(mine) else np.nan
+                                                 for mode in MODES},
+                     **{mode: float(e[mode].abs().median()) for mode in MODES}}
+    w, wo = out["with"], out["without"]
+    out["stands"] = bool(w["runs"] and all(w["ddp"][m] < wo["ddp"][m] for m in MODES)
+                         and not any(w[m] > wo[m] for m in MODES))
+    return out
+
+
+def ddp_slopes_rule_sentence(tables: dict, hw) -> str:
+    """:func:`ddp_slopes_rule` in words."""
+    found = ddp_slopes_rule(tables, hw)
+    if found is None:
+        return "this calibration did not measure DDP's cost per tensor and per byte"
+
+    def told(x: dict) -> str:
+        runs = (f"the {x['runs']} held-out DDP runs' median |error| analytical {x['ddp']['analytical']:.1%}, profiled "
+                f"{x['ddp']['profiled']:.1%}" if x["runs"] else "no held-out DDP run")
+        return f"{runs}; every held-out run's analytical {x['analytical']:.1%}, profiled {x['profiled']:.1%}"
+
+    verdict = ("stand: the DDP runs' median |error| lower in both modes and neither mode's median higher"
+               if found["stands"] else "do not stand: " + ("no held-out DDP run to judge them on"
+                                                           if not found["with"]["runs"] else
+                                                           "not a lower DDP median in both modes with neither "
+                                                           "mode's median higher"))
+    return (f"DDP's {found['tensor_s'] * 1e6:.2f} µs per parameter tensor and {found['byte_s'] * 1e12:.0f} ps per "
+            f"byte of gradient: with them, {told(found['with'])}; without them, {told(found['without'])}: the slopes "
+            + verdict)
 
 
 def recompute_pairs(tables: dict, hw, errs: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -24,7 +24,9 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   measured by a microbenchmark but fitted, on the ``tiny`` preset alone, which is then left out of every validation),
   and what torch's parallel wrappers add beyond their kernels and collectives: a tensor-parallel layer's DTensor
   dispatch (``tp_layer_s``, ``tp_sp_layer_s``), an FSDP2 unit's hooks and copies (``fsdp_unit_s``) per microbatch,
-  DDP's per step (``ddp_step_s``), and Adam's extra per DTensor parameter (``adam_dtensor_tensor_s``); what
+  DDP's per step (``ddp_step_s``, a Block's) and beyond the Block's tensors per parameter tensor and per byte of
+  gradient (``ddp_tensor_s``, ``ddp_byte_s``: its hooks, the copies into and out of its buckets), and Adam's extra
+  per DTensor parameter (``adam_dtensor_tensor_s``); what
   recomputation (``torch.utils.checkpoint``) costs beyond the kernels of the forward it repeats, per recomputed layer
   (full) or attention core (selective): its hooks on every saved tensor, its bookkeeping and, under DTensor, the
   repeated forward's dispatch (``recompute_layer_s``, ``recompute_core_s``; ``tp_…`` and ``tp_sp_…`` for tensor- and
@@ -109,8 +111,10 @@ RECOMPUTE_WRAPPERS = ("recompute_layer_s", "recompute_core_s", "tp_recompute_lay
 PATH_COLLECTIVES = ("tp_collective_s", "tp_sp_collective_s", "tp_collective_byte_s", "tp_sp_collective_byte_s",
                     "tp_collective_wait_s", "tp_sp_collective_wait_s")  # collectives as DTensor issues them: per
 # call, per byte of the message, and the part of the per-call cost spent inside the collective
-WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "adam_dtensor_tensor_s", *PATH_COLLECTIVES,
+WRAPPERS = ("tp_layer_s", "tp_sp_layer_s", "fsdp_unit_s", "ddp_step_s", "ddp_tensor_s", "ddp_byte_s",
+            "adam_dtensor_tensor_s", *PATH_COLLECTIVES,
             "pp_action_s", "twobw_action_s", "pp_action_wait_s", "twobw_action_wait_s") + RECOMPUTE_WRAPPERS
+DDP_PROBE_TENSORS = 12  # the parameter tensors of the Block that measures ddp_step_s (measure.kernels.PROBE)
 MODULES_PER_LAYER = 11  # Block, ln1, attn, qkv, proj, drop, ln2, mlp, fc, out, drop (distperf.model)
 PROBE_PARTS = ("gemm_s", "elementwise_s", "python_s")  # measure.speed.PARTS (this module imports no torch)
 VIEWS_PER_LAYER = 5  # the QKV reshape, transpose and split; the heads' transpose; reshape before proj is a copy
@@ -133,7 +137,9 @@ class KernelCosts:
     tp_layer_s: float = 0.0  # one tensor-parallel layer's forward + backward (DTensor's dispatch)
     tp_sp_layer_s: float = 0.0  # the same with sequence parallelism
     fsdp_unit_s: float = 0.0  # one FSDP2 unit's forward + backward (hooks, all-gather copy-in/out)
-    ddp_step_s: float = 0.0  # DDP's hooks and bucket bookkeeping, per step
+    ddp_step_s: float = 0.0  # DDP's hooks and bucket bookkeeping, per step (a Block's: DDP_PROBE_TENSORS tensors)
+    ddp_tensor_s: float = 0.0  # and per parameter tensor beyond the Block's (its hook, its copy into the bucket)
+    ddp_byte_s: float = 0.0  # and per byte of gradient (copies into and out of the bucket, the division), s/byte
     adam_dtensor_tensor_s: float = 0.0  # Adam's step on a DTensor parameter beyond a plain one
     tp_collective_s: float = 0.0  # a tensor-parallel collective through DTensor beyond its α-β time (two ranks)
     tp_sp_collective_s: float = 0.0  # the same for a sequence-parallel layer's all-gathers and reduce-scatters

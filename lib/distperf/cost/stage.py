@@ -301,11 +301,26 @@ def recompute_wrapper(costs: kn.KernelCosts, lay: Layout) -> float:
     return getattr(costs, f"{prefix}recompute_{'layer' if lay.recompute == 'full' else 'core'}_s")
 
 
-def wrapper_step(costs: kn.KernelCosts, lay: Layout, span: Span, tensors: tuple) -> float:
-    """What the parallel wrappers add to a step outside the microbatches: DDP's per-step cost (ZeRO 0/1), and
+def ddp_time(costs: kn.KernelCosts, lay: Layout, tensors: tuple, grad_bytes: int) -> float:
+    """What DDP adds to a step (ZeRO 0/1 with data parallelism; else 0), beyond its collectives:
+    t = ddp_step_s + ddp_tensor_s · max(T − T_probe, 0) + ddp_byte_s · G, with T the rank's parameter tensors
+    (``tensors``: (count, dim 0, elements), :func:`_rank_tensors`), T_probe = ``DDP_PROBE_TENSORS`` (the Block that
+    measured ``ddp_step_s``) and G the bytes of its gradients (``grad_bytes`` per element): one autograd hook and one
+    copy into its bucket per tensor, and per byte that copy, the division by the group's size and the copy back out
+    (:func:`distperf.measure.kernels.ddp_slopes`; chapter "Where the time goes", section "The kernel time model")."""
+    if lay.dp == 1 or lay.zero >= 2:
+        return 0.0
+    count = sum(c for c, _, _ in tensors)
+    elements = sum(c * numel for c, _, numel in tensors)
+    return (costs.ddp_step_s + costs.ddp_tensor_s * max(count - kn.DDP_PROBE_TENSORS, 0)
+            + costs.ddp_byte_s * elements * grad_bytes)
+
+
+def wrapper_step(costs: kn.KernelCosts, lay: Layout, span: Span, tensors: tuple, grad_bytes: int = 4) -> float:
+    """What the parallel wrappers add to a step outside the microbatches: DDP's (ZeRO 0/1, :func:`ddp_time`), and
     Adam's extra per DTensor parameter — every tensor under FSDP2, the linear layers' 8 per layer under tensor
     parallelism (their LayerNorms' 4 too, and the final LayerNorm's 2, with sequence parallelism)."""
-    extra = costs.ddp_step_s if lay.dp > 1 and lay.zero < 2 else 0.0
+    extra = ddp_time(costs, lay, tensors, grad_bytes)
     if lay.zero >= 2 and lay.dp > 1:
         dtensors = sum(count for count, _, _ in tensors)
     elif lay.tp > 1:
@@ -446,9 +461,8 @@ def _optimizer(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: S
     [last] o_last, times ZeRO-1's owned share, plus the step's fixed Python and the wrappers' per-step cost."""
     if hw.kernels is None:
         return optimizer_time(hw, states, state_bytes(tr, convention))
-    tensors = _rank_tensors(spec, lay.tp, span, par.head_parameters(spec.hidden, spec.vocab, spec.tied, lay.pp)
-                            > 2 * spec.hidden)
-    wrappers = wrapper_step(hw.kernels, lay, span, tensors)
+    tensors = rank_tensors(spec, lay, span)
+    wrappers = wrapper_step(hw.kernels, lay, span, tensors, state_bytes(tr, convention)[1])
     if measured is not None:
         o_layer, o_first, o_last = measured
         loop = span.layers * o_layer + (o_first if span.first else 0.0) + (o_last if span.last else 0.0)
@@ -465,8 +479,7 @@ def accumulate_time(spec: ModelSpec, lay: Layout, hw: Hardware, span: Span) -> f
     costs = hw.kernels
     if costs is None:
         return 0.0
-    tensors = _rank_tensors(spec, lay.tp, span, par.head_parameters(spec.hidden, spec.vocab, spec.tied, lay.pp)
-                            > 2 * spec.hidden)
+    tensors = rank_tensors(spec, lay, span)
     seconds = sum(count * kn.elementwise(costs, "add", numel)[0] for count, _, numel in tensors)
     return seconds * (costs.contention_memory if lay.world_size > 1 else 1.0)
 
@@ -552,6 +565,13 @@ def ddp_bucket_bytes(spec: ModelSpec, t: int, p: int, span: Span, grad: int, cap
     are taken equal."""
     count, total = ddp_buckets(spec, t, p, span, grad, int(cap))
     return max(cap, total / count) if count else cap
+
+
+def rank_tensors(spec: ModelSpec, lay: Layout, span: Span) -> tuple:
+    """:func:`_rank_tensors` of the rank of ``lay`` that holds ``span`` (the head's matrix its own where untied or on
+    a pipeline stage of its own)."""
+    return _rank_tensors(spec, lay.tp, span, par.head_parameters(spec.hidden, spec.vocab, spec.tied, lay.pp)
+                         > 2 * spec.hidden)
 
 
 @lru_cache(maxsize=4096)

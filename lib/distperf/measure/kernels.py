@@ -22,7 +22,8 @@ engine's start that a training step pays once per backward pass. So it holds the
   its kernels and collectives — one :class:`distperf.model.Block` of a generic tiny shape (hidden 16, 2 heads,
   8 positions), plain and wrapped as the trainers wrap it (tensor parallel, tensor + sequence parallel, an FSDP2
   unit, DDP) on a one-rank gloo group, where the collectives move nothing: the difference is DTensor's dispatch,
-  FSDP2's and DDP's hooks and copies. Also Adam per tensor on DTensor parameters (FSDP2's and tensor
+  FSDP2's and DDP's hooks and copies; and DDP's cost per parameter tensor and per byte of gradient, over modules of
+  nothing but parameters (:func:`ddp_slopes`). Also Adam per tensor on DTensor parameters (FSDP2's and tensor
   parallelism's), and what recomputation's checkpoint adds beyond the forward it repeats, plain and under DTensor
   (:func:`recompute_times`).
 """
@@ -287,8 +288,8 @@ PROBE = dict(name="wrapper-probe", layers=1, hidden=16, heads=2, vocab=16, seq=8
 def wrapper_times(min_run_time: float = 0.1) -> dict:
     """{tp_layer_s, tp_sp_layer_s, fsdp_unit_s, ddp_step_s, adam_dtensor_tensor_s}: seconds each wrapper adds to one
     layer's forward + backward (per step for DDP), and Adam per DTensor tensor beyond a plain one, on a one-rank gloo
-    group (a file store in a temporary folder; nothing listens on the network); and the recomputation constants of
-    :func:`recompute_times`."""
+    group (a file store in a temporary folder; nothing listens on the network); DDP's slopes per tensor and per byte
+    (:func:`ddp_slopes`); and the recomputation constants of :func:`recompute_times`."""
     import tempfile
 
     import torch.distributed as dist
@@ -322,6 +323,7 @@ def wrapper_times(min_run_time: float = 0.1) -> dict:
             out["fsdp_unit_s"] = max(layer(lambda b: fully_shard(b, mesh=mesh)) - plain, 0.0)
             out["ddp_step_s"] = max(layer(lambda b: DistributedDataParallel(b, process_group=mesh.get_group()))
                                     - plain, 0.0)
+            out.update(ddp_slopes(mesh.get_group(), min_run_time))
             out.update(recompute_times(spec, x, mesh, min_run_time))
             tensors = 16
             plain_params = [nn.Parameter(torch.randn(64)) for _ in range(tensors)]
@@ -337,6 +339,48 @@ def wrapper_times(min_run_time: float = 0.1) -> dict:
         finally:
             dist.destroy_process_group()
     return out
+
+
+class _Parameters(nn.Module):
+    """``count`` parameter tensors of ``numel`` elements each, whose forward sums each one: a module of nothing but
+    parameters, for DDP's cost per tensor and per byte (:func:`ddp_slopes`)."""
+
+    def __init__(self, count: int, numel: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.tensors = nn.ParameterList([nn.Parameter(torch.randn(numel)) for _ in range(count)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(p.sum() * x for p in self.tensors)
+
+
+DDP_TENSORS = (1, 64)  # the per-tensor probe: modules of 1 and 64 tensors of DDP_SMALL elements
+DDP_SMALL = 64
+DDP_BYTES = (1 << 20, 16 << 20)  # the per-byte probe: one tensor of 1 MiB, one of 16 MiB
+
+
+def ddp_slopes(group, min_run_time: float) -> dict:
+    """{ddp_tensor_s, ddp_byte_s}: what DDP adds to a forward + backward per parameter tensor (its autograd hook and
+    the gradient's copy into its bucket) and per byte of gradient (that copy, the division by the group's size and
+    the copy back out of the bucket), beyond what it adds to a module of one tiny tensor: the slopes of DDP's extra
+    time (wrapped − plain, on the one-rank ``group``) over modules of nothing but parameters (:class:`_Parameters`),
+    from 1 to 64 tensors of 64 elements and from one tensor of 1 MiB to one of 16 MiB. ``ddp_step_s`` (a Block under
+    DDP) holds the rest, and the cost model adds these beyond the Block's own tensors
+    (:func:`distperf.cost.stage.ddp_time`)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    x = torch.ones(())
+
+    def extra(count: int, numel: int) -> float:
+        plain, wrapped = _Parameters(count, numel), DistributedDataParallel(_Parameters(count, numel),
+                                                                           process_group=group)
+        return (median_time(lambda: wrapped(x).backward(), min_run_time)
+                - median_time(lambda: plain(x).backward(), min_run_time))
+
+    few, many = (extra(n, DDP_SMALL) for n in DDP_TENSORS)
+    small, large = (extra(1, b // 4) for b in DDP_BYTES)
+    return {"ddp_tensor_s": max((many - few) / (DDP_TENSORS[1] - DDP_TENSORS[0]), 0.0),
+            "ddp_byte_s": max((large - small) / (DDP_BYTES[1] - DDP_BYTES[0]), 0.0)}
 
 
 def recompute_times(spec, x: torch.Tensor, mesh, min_run_time: float) -> dict:
