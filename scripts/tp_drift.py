@@ -25,12 +25,9 @@ existing table is kept (``--force`` measures again). Exit status 0 on success, 1
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,12 +38,6 @@ CALLS = 32  # per collective probe
 STEPS, WARMUP = 8, 2  # per trainer and round
 SECONDS_PER_ROUND = 10  # the timeout's allowance per round (a round took about 2 s on two cores)
 START_S = 120  # the timeout's allowance for starting the ranks and building the trainers
-
-
-def _rounds(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return int(text)
 
 
 def worker(rounds: int, rows_path: str) -> None:
@@ -108,63 +99,11 @@ def worker(rounds: int, rows_path: str) -> None:
     dist.destroy_process_group()
 
 
-def measure(rounds: int) -> list[dict]:
-    """The rounds, on two ranks launched by torchrun; raises RuntimeError when the launch fails or times out."""
-    with tempfile.TemporaryDirectory() as tmp:
-        rows_path = os.path.join(tmp, "rows.jsonl")
-        env = {**os.environ, "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "lib"), os.environ.get("PYTHONPATH")]))}
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                   str(Path(__file__).resolve()), "--worker", "--rounds", str(rounds), "--rows", rows_path]
-        timeout = START_S + SECONDS_PER_ROUND * rounds
-        try:
-            done = subprocess.run(command, env=env, timeout=timeout, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"the ranks did not finish within {timeout} s") from None
-        if done.returncode != 0:
-            raise RuntimeError(f"the ranks failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-        with open(rows_path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-
-
-def record(rows: list[dict], out: Path) -> None:
-    """Write the table (atomically, with provenance) and, where ``out`` lies in an archived reference directory, its
-    entry in that directory's manifest."""
-    import pandas as pd
-
-    from distperf import reference, results
-
-    table = pd.DataFrame(rows).assign(**results.provenance("cpu"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    results.write_csv_atomic(table, out)
-    reference.record_table(out)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=_rounds, default=250, help="rounds to measure (default 250: 8.5 min on two cores)")
-    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{NAME}.csv)")
-    p.add_argument("--force", action="store_true", help="measure again where the table exists")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--rows", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.worker:
-        worker(args.rounds, args.rows)
-        return 0
-    from distperf import results
+    from distperf import reference
 
-    out = args.out or results.DATA / "reference" / results.machine_slug("cpu") / f"{NAME}.csv"
-    if out.exists() and not args.force:
-        print(f"{NAME}: {out} exists (--force measures again)")
-        return 0
-    try:
-        rows = measure(args.rounds)
-    except RuntimeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    record(rows, out)
-    print(f"{NAME}: {len(rows)} rounds -> {out}")
-    return 0
+    return reference.rounds_main(Path(__file__), NAME, __doc__.splitlines()[0], argv, 250, worker,
+                                 (START_S, SECONDS_PER_ROUND))
 
 
 if __name__ == "__main__":

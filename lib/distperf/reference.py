@@ -211,6 +211,86 @@ def at_least_two(text: str) -> int:
     return int(text)
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of rounds of at least 1."""
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def two_rank_rows(script: Path, rounds: int, timeout: float) -> list[dict]:
+    """Run ``script --worker --rounds N --rows FILE`` on two ranks launched by torchrun (one thread each) and return
+    the JSON rows its rank 0 wrote to FILE; RuntimeError when the launch fails or takes longer than ``timeout``."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    lib = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows_path = os.path.join(tmp, "rows.jsonl")
+        env = {**os.environ, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")]))}
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                   str(Path(script).resolve()), "--worker", "--rounds", str(rounds), "--rows", rows_path]
+        try:
+            done = subprocess.run(command, env=env, timeout=timeout, capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the ranks did not finish within {timeout:.0f} s") from None
+        if done.returncode != 0:
+            raise RuntimeError(f"the ranks failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+        with open(rows_path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+def rounds_main(script: Path, name: str, description: str, argv: list[str] | None, rounds: int, worker,
+                seconds: tuple[float, float], report=None, suffix: str = ".csv") -> int:
+    """The command line of a reference experiment measured in rounds on two ranks (``--rounds``, at least 1, default
+    ``rounds``; ``--out``, default ``data/reference/<machine>/<name><suffix>``, gzipped where it ends in ``.gz``;
+    ``--force``): under ``--worker`` it is one
+    rank's part, ``worker(rounds, rows_path)``; else it launches that (:func:`two_rank_rows`, with ``seconds`` =
+    (to start, per round) as its timeout), writes the rows with provenance atomically, sets the table's entry in its
+    directory's manifest (:func:`record_table`) and prints ``report(table)``. An existing table is kept. Exit status
+    0 on success, 1 when the run failed or timed out (2 on bad input, from argparse)."""
+    import argparse
+    import sys
+
+    import pandas as pd
+
+    from . import results
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--rounds", type=at_least_one, default=rounds, help=f"rounds to measure (default {rounds})")
+    p.add_argument("--out", type=Path, help=f"the table to write (default data/reference/<machine>/{name}{suffix})")
+    p.add_argument("--force", action="store_true", help="measure again where the table exists")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--rows", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args.rounds, args.rows)
+        return 0
+    out = args.out or results.DATA / "reference" / results.machine_slug("cpu") / f"{name}{suffix}"
+    if out.exists() and not args.force:
+        print(f"{name}: {out} exists (--force measures again)")
+        return 0
+    try:
+        rows = two_rank_rows(script, args.rounds, seconds[0] + seconds[1] * args.rounds)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    table = pd.DataFrame(rows).assign(**results.provenance("cpu"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".gz":
+        write_gzip(table.to_csv(index=False).encode(), out)
+    else:
+        results.write_csv_atomic(table, out)
+    record_table(out)
+    print(f"{name}: {args.rounds} rounds -> {out}" + (f"\n{report(table)}" if report else ""))
+    return 0
+
+
 def sweep_experiment(experiment: dict, out: Path | None = None, repeats: int = 1, force: bool = False):
     """Run a reference experiment on this machine's CPU (``experiment``: the keys of an experiment file,
     :func:`distperf.runner.grid.Experiment.from_dict`), ``repeats`` runs of each configuration, into ``out`` (default
