@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     print("The all-reduce at DDP's bucket: " + tm.bucket_point_rule_sentence(tables, hw, side) + ".")
     print("A receive from a computing sender: " + tm.stall_rule_sentence(tables, hw, side) + ".")
     print("DDP's slopes: " + tm.ddp_slopes_rule_sentence(tables, hw) + ".")
+    print("The run's own all-reduce: " + tm.allreduce_probe_rule_sentence(tables, hw) + ".")
     print("Recomputation's checkpoint: " + tm.recompute_rule_sentence(tables, hw) + ".")
     print("FSDP2's units by size: " + tm.fsdp_units_rule_sentence(tables, hw, side) + ".")
     print("Waiting for the slowest rank: " + tm.skew_rule_sentence(tables, hw, side) + ".")

@@ -861,6 +861,51 @@ def test_ddps_slopes_stand_where_they_price_a_ddp_runs_iteration(truth):
                                                      "byte")
 
 
+@pytest.mark.parametrize("truth", [True, False])
+def test_a_runs_own_all_reduce_probe_stands_where_it_prices_the_runs_exposed_communication(truth):
+    """A DDP run whose exposed communication and iteration are what the model gives with the all-reduce's fit through
+    the run's own probe (ten times the calibration's time of its message), or through the calibration's alone: the
+    probe stands only in the first; without a run that took it there is no rule to judge."""
+    from distperf.analysis import rows as rows_mod
+    from distperf.measure import speed
+
+    hw = replace(HW, kernels=replace(HW.kernels, overlap=0.0),  # nothing hides the all-reduce
+                 collectives=(("all-reduce", 1e-4, 1e8),), collectives_on=(HW.intra_latency, HW.intra_bandwidth))
+    probe = {"speed_probe.gemm_s": 1e-4, "speed_probe.elementwise_s": 1e-5, "speed_probe.python_s": 1e-6,
+             "speed_probe.allreduce_s": 10 * (2e-4 + 2**20 / 1e8), "speed_probe.allreduce_bytes": 2**20,
+             "speed_probe.allreduce_ranks": 2}
+    true = speed.at_allreduce(hw, speed.of_row(pd.Series(probe))) if truth else hw
+    assert (true is not hw) is truth
+    dp = {**row("medium", 1.0, 1.0, hw=true, dp=2), **probe}
+    exposed = predict(rows_mod.config_of_row(pd.Series(dp)), true)["time_s"]["communication_exposed"]
+    runs = {"regimes": pd.DataFrame([{**dp, "communication.exposed_s.data_parallel": exposed}])}
+    found = tm.allreduce_probe_rule(runs, hw)
+    assert found["stands"] is truth and found["probed"] == 1 and found["with"]["runs"] == 1
+    assert found["with" if truth else "without"]["exposed"] == pytest.approx(0.0, abs=1e-9)
+    assert found["without" if truth else "with"]["exposed"] > 0.5
+    sentence = tm.allreduce_probe_rule_sentence(runs, hw)
+    assert sentence.startswith("each data-parallel run's all-reduce priced through its own probe (1 runs took it)")
+    assert sentence.endswith("stands: a lower exposed median and neither mode's median higher") is truth
+    assert not rows_mod.RUN_ALLREDUCE  # the rule leaves the model as it found it
+    bare = {"regimes": pd.DataFrame([row("medium", 1.0, 1.0, hw=hw, dp=2)])}
+    assert tm.allreduce_probe_rule_sentence(bare, hw) == "no run of this build took the all-reduce probe"
+
+
+def test_the_all_reduce_fit_through_a_probe_times_the_probed_message_as_the_probe_did():
+    from distperf.cost.collectives import collective_time
+    from distperf.measure import speed
+
+    hw = replace(HW, collectives=(("all-gather", 3e-4, 2e9), ("all-reduce", 1e-4, 1e9)))
+    run = {"allreduce_s": 5e-3, "allreduce_bytes": 2**22, "allreduce_ranks": 2}
+    priced = speed.at_allreduce(hw, run)
+    (kind, alpha, beta), = [c for c in priced.collectives if c[0] == "all-reduce"]
+    assert alpha == 1e-4 and collective_time("all-reduce", 2**22, 2, alpha, beta) == pytest.approx(5e-3)
+    assert ("all-gather", 3e-4, 2e9) in priced.collectives  # the other kinds keep the calibration's fit
+    for useless in (None, {}, {**run, "allreduce_s": 1e-4}, {**run, "allreduce_ranks": 1}):
+        assert speed.at_allreduce(hw, useless) is hw  # no probe, or one not above the fit's latency
+    assert speed.at_allreduce(HW, run) is HW  # no fit to move
+
+
 def test_the_receive_stall_adds_to_each_received_message_of_a_pipeline_only():
     stall = 1e-3
     stalled = replace(HW, kernels=replace(HW.kernels, p2p_stall_s=stall))

@@ -111,12 +111,18 @@ def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run
     assert r2["tokens_per_s"] == pytest.approx(2 * 16 / it["median"])
     assert len(r2["model_state_bytes_at_rest"]) == 2 and r2["model_state_bytes_at_rest"][0]["parameters"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.pt", "one.pt", "pp.pt"]  # no temporary file left
-    for result, contended in ((r1, set()), (r2, {"contention_memory", "contention_compute"})):
+    ddp = {"allreduce_s", "allreduce_bytes", "allreduce_ranks"}  # DDP's ranks also time their all-reduce
+    for result, contended in ((r1, set()), (r2, {"contention_memory", "contention_compute"} | ddp),
+                              (pp, {"contention_memory", "contention_compute"})):
         probe = result["speed_probe"]  # the machine's speed around the timed steps (distperf.measure.speed)
         assert set(probe) == {"gemm_s", "elementwise_s", "python_s", "before", "after"} | contended
         assert probe["gemm_s"] == pytest.approx((probe["before"]["gemm_s"] * probe["after"]["gemm_s"]) ** 0.5)
-        for k in contended:  # two ranks also read their contention: at least 1, the lesser of before and after
+        for k in contended - ddp:  # two ranks also read their contention: at least 1, the lesser of before and after
             assert probe[k] >= 1 and probe[k] == min(probe["before"][k], probe["after"][k])
+    probe = r2["speed_probe"]
+    assert probe["allreduce_bytes"] == 4 * sum(p.numel() for p in p1.values()) and probe["allreduce_ranks"] == 2
+    before, after = probe["before"]["allreduce_s"], probe["after"]["allreduce_s"]
+    assert probe["allreduce_s"] == pytest.approx((before * after) ** 0.5) and probe["allreduce_s"] > 0
 
 
 def test_time_balanced_pipeline_run():

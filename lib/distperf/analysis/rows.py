@@ -11,6 +11,7 @@ result flattened into dotted columns, lists kept as JSON text.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import fields
@@ -105,16 +106,33 @@ def bucket_bytes(row) -> float:
     return DDP_BUCKET_BYTES if mb is None or mb != mb else float(mb) * 2**20
 
 
+RUN_ALLREDUCE = False  # a what-if until a build judges it: distperf.analysis.time_model.allreduce_probe_rule
+
+
 def run_hardware(hw, row):
     """The profile on which the analytical mode prices a measured run: ``hw`` with its kernel times scaled to the
     speed the machine had during the run, as the run's speed probes measured it
     (:func:`distperf.measure.speed.at_speed`), or ``hw`` itself where the row or ``hw`` holds no probe (a run before
     the probe existed, a GPU run, a profile without measured kernels). A rule declared before the data adopted it on
     5 December 2026 (the chapter "Where the time goes", section "The machine's speed"); a prediction made before any
-    run keeps the calibration's speed."""
-    from ..measure.speed import at_speed, of_row
+    run keeps the calibration's speed. With :data:`RUN_ALLREDUCE` (:func:`run_allreduce`), also the all-reduce's fit
+    through the run's own all-reduce probe (:func:`distperf.measure.speed.at_allreduce`)."""
+    from ..measure.speed import at_allreduce, at_speed, of_row
 
-    return at_speed(hw, of_row(row))
+    probe = of_row(row)
+    out = at_speed(hw, probe)
+    return at_allreduce(out, probe) if RUN_ALLREDUCE else out
+
+
+@contextlib.contextmanager
+def run_allreduce(on: bool):
+    """Price runs with (``on``) or without their own all-reduce probe inside the block (:data:`RUN_ALLREDUCE`)."""
+    global RUN_ALLREDUCE
+    before, RUN_ALLREDUCE = RUN_ALLREDUCE, on
+    try:
+        yield
+    finally:
+        RUN_ALLREDUCE = before
 
 
 def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = True, contention: bool = False):

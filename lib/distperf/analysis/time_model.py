@@ -1088,6 +1088,51 @@ def ddp_slopes_rule_sentence(tables: dict, hw) -> str:
             + verdict)
 
 
+def allreduce_probe_rule(tables: dict, hw) -> dict | None:
+    """The data-parallel runs priced with and without their own all-reduce probe (each DDP run's ``speed_probe``
+    ``allreduce_s`` of its gradient's bytes up to the bucket cap, before and after its timed steps:
+    :func:`distperf.measure.speed.allreduce_probe`; the all-reduce's fit through it,
+    :func:`distperf.measure.speed.at_allreduce`): per variant, ``with`` and ``without``, the held-out data-parallel
+    runs' exposed communication median and largest |error| (``exposed``, ``exposed_max``; their count ``runs``), every
+    judged run's, and both modes' median |error| over every held-out run; ``probed``, the held-out runs that took the
+    probe; and ``stands``, the rule declared on 6 December 2026, before any build measured it: the probe enters the
+    model if, with it, the data-parallel runs' exposed communication has a lower median |error| and neither mode's
+    median |error| over the held-out runs is higher. None where no run took the probe."""
+    if hw is None:
+        return None
+    frame = _frame(tables)
+    column = "speed_probe.allreduce_s"
+    probed = int(frame[column].notna().sum()) if len(frame) and column in frame else 0
+    if not probed:
+        return None
+    out = {}
+    for name, on in (("with", True), ("without", False)):
+        with rows.run_allreduce(on):
+            out[name] = _with_and_without(tables, {"with": hw, "without": hw}, "data_parallel")["with"]
+    w, wo = out["with"], out["without"]
+    out["stands"] = bool(w["exposed"] < wo["exposed"] and not any(w[mode] > wo[mode] for mode in MODES))
+    out["probed"] = probed
+    return out
+
+
+def allreduce_probe_rule_sentence(tables: dict, hw) -> str:
+    """:func:`allreduce_probe_rule` in words."""
+    found = allreduce_probe_rule(tables, hw)
+    if found is None:
+        return "no run of this build took the all-reduce probe"
+
+    def told(x: dict) -> str:
+        exposed = (f"the {x['runs']} held-out data-parallel runs' exposed communication {x['exposed']:.1%} median / "
+                   f"{x['exposed_max']:.1%} largest |error|" if x["runs"] else
+                   "no held-out data-parallel run's exposed communication to judge")
+        return (f"{exposed}; the held-out runs' median |error| analytical {x['analytical']:.1%}, profiled "
+                f"{x['profiled']:.1%}")
+
+    return (f"each data-parallel run's all-reduce priced through its own probe ({found['probed']} runs took it): "
+            f"{told(found['with'])}; through the calibration's fit alone (the model), {told(found['without'])}: "
+            + _verdict(found, "the probe", "data-parallel"))
+
+
 def recompute_pairs(tables: dict, hw, errs: pd.DataFrame | None = None) -> pd.DataFrame:
     """What full or selective recomputation adds to a held-out configuration's iteration, measured and predicted: one
     row per configuration with recomputation whose twin without it (every other field equal) was measured in the same

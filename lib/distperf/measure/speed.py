@@ -38,6 +38,7 @@ from ..cost.kernels import PROBE_PARTS as PARTS
 
 MIN_RUN_TIME_S = 0.02  # per part: about 0.07 s per probe with its warm-up calls
 CONTENTION = ("contention_memory", "contention_compute")
+ALLREDUCE = ("allreduce_s", "allreduce_bytes", "allreduce_ranks")  # a DDP run's all-reduce probe (allreduce_probe)
 CONTENTION_BLOCK_S = 0.03  # per kind, alone and together: about 0.15 s per reading in a run
 GEMM_N = 256
 ELEMENTS = 2**16
@@ -79,6 +80,51 @@ def probe_alone(distributed: bool) -> dict:
     shared = [contention_round(CONTENTION_BLOCK_S)]
     dist.broadcast_object_list(shared, src=0)
     return {**found, **{f"contention_{k}": v for k, v in shared[0].items()}}
+
+
+ALLREDUCE_CALLS = 16  # per reading, before and after a run's timed steps
+
+
+def allreduce_probe(nbytes: int, calls: int = ALLREDUCE_CALLS) -> float:
+    """Seconds of an all-reduce of ``nbytes`` over the world (gloo), the median of ``calls``, each timed alone after a
+    barrier; the slowest rank's (collective). A data-parallel run under DDP takes one before and one after its timed
+    steps at its gradient's bytes up to DDP's bucket cap (``allreduce_s``, ``allreduce_bytes`` in its
+    ``speed_probe``): inside a step DDP's all-reduce takes about what it takes alone (``scripts/allreduce_context.py``),
+    while from one call to the next and from the calibration to the run it moves by a factor of several
+    (:func:`at_allreduce`)."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    message = torch.ones(max(1, nbytes // 4))
+    times = []
+    for _ in range(calls + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(message)
+        times.append(time.perf_counter() - start)
+    return slowest(statistics.median(times[1:]))
+
+
+def at_allreduce(hw, run: dict | None):
+    """``hw`` with its all-reduce's fit through the run's own probe (``run``: its ``allreduce_s`` of
+    ``allreduce_bytes`` over ``allreduce_ranks``): the same α, and β such that the fit's time of that message equals
+    the probe, t = 2(n − 1)·α + 2(n − 1)/n·M/β; ``hw`` itself where the run has no probe, ``hw`` no all-reduce fit, or
+    the probe is not above the fit's latency. A what-if (the chapter "Where the time goes", section "Held-out
+    validation"), not the model."""
+    if not run or not all(_positive(run.get(k)) for k in ("allreduce_s", "allreduce_bytes", "allreduce_ranks")):
+        return hw
+    fits = {kind: (alpha, beta) for kind, alpha, beta in (getattr(hw, "collectives", None) or ())}
+    if "all-reduce" not in fits:
+        return hw
+    n, (alpha, _) = int(run["allreduce_ranks"]), fits["all-reduce"]
+    spare = run["allreduce_s"] - 2 * (n - 1) * alpha
+    if n < 2 or spare <= 0:
+        return hw
+    fits["all-reduce"] = (alpha, 2 * (n - 1) / n * run["allreduce_bytes"] / spare)
+    return replace(hw, collectives=tuple((kind, *fits[kind]) for kind in sorted(fits)))
 
 
 def slowest(seconds: float | None, device=None) -> float:
@@ -132,8 +178,13 @@ def median(probes: list[dict]) -> dict:
 
 
 def probed(before: dict, after: dict) -> dict:
-    """A run's ``speed_probe``: the :func:`combine` of the probes before and after its timed steps, with both."""
-    return {**combine(before, after), "before": before, "after": after}
+    """A run's ``speed_probe``: the :func:`combine` of the probes before and after its timed steps, with both (and the
+    geometric mean of their all-reduce probes, where both took one)."""
+    out = {**combine(before, after), "before": before, "after": after}
+    if "allreduce_s" in before and "allreduce_s" in after:
+        out.update(allreduce_s=math.sqrt(before["allreduce_s"] * after["allreduce_s"]),
+                   allreduce_bytes=before["allreduce_bytes"], allreduce_ranks=before["allreduce_ranks"])
+    return out
 
 
 def ratios(run: dict | None, reference: dict | None) -> dict | None:
@@ -176,7 +227,7 @@ def of_row(row) -> dict | None:
         found = {k: float(row[f"{COLUMN}{k}"]) for k in PARTS}
     except (KeyError, TypeError, ValueError):
         return None
-    for k in CONTENTION:  # runs of several ranks, measured since the contention reading exists
+    for k in CONTENTION + ALLREDUCE:  # runs of several ranks, measured since the contention reading exists
         try:
             found[k] = float(row[f"{COLUMN}{k}"])
         except (KeyError, TypeError, ValueError):

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from .. import atomic
 from ..config import Config, RunOptions, needs_distributed
 from ..measure import wait_clock
-from ..measure.speed import probe_alone, probed
+from ..measure.speed import allreduce_probe, probe_alone, probed
 from ..tokens import make_source
 from .common import Trainer
 from .mesh import build_mesh, init_distributed, rank_device
@@ -56,6 +56,18 @@ def build_trainer(cfg: Config, opts: RunOptions, device: torch.device) -> Traine
         return PipelineTrainer(cfg, opts, mesh, device)
     from .spmd import SPMDTrainer
     return SPMDTrainer(cfg, opts, mesh, device)
+
+
+def _allreduce_reading(cfg: Config, trainer: Trainer, opts: RunOptions, distributed: bool) -> dict:
+    """A data-parallel run's all-reduce probe under DDP (ZeRO 0/1, every rank a replica):
+    :func:`distperf.measure.speed.allreduce_probe` of its gradient's bytes up to DDP's bucket cap, with the bytes and
+    the ranks; {} for any other run (collective on the ranks that take it: all of them or none)."""
+    lay = cfg.layout
+    if not distributed or lay.zero >= 2 or lay.dp < 2 or lay.dp != lay.world_size:
+        return {}
+    gradients = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
+    nbytes = int(min(gradients, opts.bucket_mb * 2**20))
+    return {"allreduce_s": allreduce_probe(nbytes), "allreduce_bytes": nbytes, "allreduce_ranks": lay.dp}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -146,6 +158,8 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
     barrier = distributed and trainer.flushes
     losses, times, waits, calls = [], [], [], []
     before = probe_alone(distributed) if device.type == "cpu" else None  # the machine's speed around the steps
+    if before is not None:
+        before.update(_allreduce_reading(cfg, trainer, opts, distributed))
     backend = dist.get_backend() if distributed else None
     clock = wait_clock.WaitClock() if wait_clock.clocked(distributed, backend, cfg.layout.pp) else None
     with clock or contextlib.nullcontext():
@@ -166,7 +180,8 @@ def run_training(cfg: Config, opts: RunOptions, parameters: bool = False) -> dic
                 calls.append({name: clock.by_call[name] - called[name] for name in called})
             losses.append(loss)
     trainer.finish()
-    speed = probed(before, probe_alone(distributed)) if device.type == "cpu" else None
+    speed = probed(before, {**probe_alone(distributed), **_allreduce_reading(cfg, trainer, opts, distributed)}) \
+        if device.type == "cpu" else None
     held_out = None
     if opts.eval_batches:  # before the measurement steps, which train on
         from .held_out import held_out_loss
