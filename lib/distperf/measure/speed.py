@@ -28,6 +28,10 @@ shorter blocks): a 192×192 matrix product and a copy of 8 Mi values, each timed
 at once, ``contention_compute`` and ``contention_memory`` the ratios together / alone, which the calibration
 measures once for the whole profile (``KernelCosts.contention_*``). :func:`at_contention` prices a run with its
 own: a second variant the same section evaluates.
+
+A data-parallel run under DDP also times its own all-reduce (:func:`allreduce_probe`: its gradient's bytes up to the
+bucket cap), before and after its steps; :func:`at_allreduce` prices the run's all-reduce through it, a what-if that
+a rule judges (the chapter's section "Held-out validation").
 """
 from __future__ import annotations
 
@@ -89,9 +93,9 @@ def allreduce_probe(nbytes: int, calls: int = ALLREDUCE_CALLS) -> float:
     """Seconds of an all-reduce of ``nbytes`` over the world (gloo), the median of ``calls``, each timed alone after a
     barrier; the slowest rank's (collective). A data-parallel run under DDP takes one before and one after its timed
     steps at its gradient's bytes up to DDP's bucket cap (``allreduce_s``, ``allreduce_bytes`` in its
-    ``speed_probe``): inside a step DDP's all-reduce takes about what it takes alone (``scripts/allreduce_context.py``),
-    while from one call to the next and from the calibration to the run it moves by a factor of several
-    (:func:`at_allreduce`)."""
+    ``speed_probe``): in the archived run of ``scripts/allreduce_context.py`` DDP's all-reduce took 7 % (`medium`'s
+    bucket) and 15 % (`small`'s) longer inside a step than issued alone, while from one call to the next it moved by
+    a factor of four and the calibration's fit priced it at about half (:func:`at_allreduce`)."""
     import statistics
     import time
 
@@ -227,7 +231,7 @@ def of_row(row) -> dict | None:
         found = {k: float(row[f"{COLUMN}{k}"]) for k in PARTS}
     except (KeyError, TypeError, ValueError):
         return None
-    for k in CONTENTION + ALLREDUCE:  # runs of several ranks, measured since the contention reading exists
+    for k in CONTENTION + ALLREDUCE:  # runs of several ranks (the all-reduce: DDP's, from 6 December 2026)
         try:
             found[k] = float(row[f"{COLUMN}{k}"])
         except (KeyError, TypeError, ValueError):
