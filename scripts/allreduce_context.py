@@ -4,10 +4,10 @@
     python scripts/allreduce_context.py --rounds 2 --out /tmp/ctx.csv    # to try it
 
 The cost model times DDP's gradient all-reduce by its size alone: the α-β fit of the all-reduce as the calibration
-issues it, after a burst of matrix products. On the book's builds the data-parallel runs' exposed communication
-missed that by −37 % to −50 %. This experiment times one message four ways, in the same two processes, round after
-round (after two rounds not recorded): two ranks (gloo, launched by torchrun, one thread each, pinned), and for each of the `small` and `medium`
-presets (their whole gradient is one DDP bucket of 3.2 and 24.6 MiB):
+issues it, after a burst of matrix products. On the book's builds at d91ccc8 and 7ee0426 the data-parallel runs'
+exposed communication missed that by −37 % to −50 %. This experiment times one message four ways, in the same two processes, round after
+round (after two rounds not recorded): two ranks (gloo, launched by torchrun, one thread each, pinned), and for each
+of the `small` and `medium` presets (their whole gradient is one DDP bucket of 3.2 and 24.6 MiB):
 
 - ``step``: the data-parallel trainer's step (micro-batch 2), broken down as the book's runs are
   (``distperf.measure.breakdown``): its ``communication`` class, each rank's;

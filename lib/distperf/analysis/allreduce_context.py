@@ -91,8 +91,8 @@ def sentence(table: pd.DataFrame | None, hw=None) -> str:
                f"all-reduce lies outside {BAND[0]:.2f} to {BAND[1]:.2f} times the issued one: its time depends on what "
                f"runs before it, and a model that times it by its size alone misses there by more than the goal's 10 %"
                if outside else
-               f"at both buckets the step's all-reduce lies within {BAND[0]:.2f} to {BAND[1]:.2f} times the issued one: "
-               f"its time follows its size")
+               f"at both buckets the step's all-reduce lies within {BAND[0]:.2f} to {BAND[1]:.2f} times the issued "
+               f"one: its time follows its size")
     rounds = int(found["rounds"].max())
     seconds = table["time_s"].max() - table["time_s"].min()
     span = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

@@ -959,18 +959,26 @@ def _with_and_without(tables: dict, priced: dict, kind: str) -> dict:
     variant, the exposed communication of ``kind`` (``runs``, its median and largest |error| ``exposed`` and
     ``exposed_max``; NaN without such a run), every judged run's (``all``, ``all_max``) and both modes' median |error|
     over every held-out run; ``stands``: a lower ``exposed`` median with the term and neither mode's median higher."""
-    out = {}
-    for name, hw in priced.items():
-        e, x = errors(tables, hw), exposed_errors(tables, hw)
-        mine = x[x.kind == kind].error.abs()
-        out[name] = {"runs": len(mine), "exposed": float(mine.median()) if len(mine) else np.nan,
-                     "exposed_max": float(mine.max()) if len(mine) else np.nan,
-                     "all": float(x.error.abs().median()) if len(x) else np.nan,
-                     "all_max": float(x.error.abs().max()) if len(x) else np.nan,
-                     **{mode: float(e[mode].abs().median()) for mode in MODES}}
-    w, wo = out["with"], out["without"]
-    out["stands"] = bool(w["exposed"] < wo["exposed"] and not any(w[mode] > wo[mode] for mode in MODES))
+    out = {name: _judged(tables, hw, kind) for name, hw in priced.items()}
+    out["stands"] = _stands(out)
     return out
+
+
+def _judged(tables: dict, hw, kind: str) -> dict:
+    """One variant of a rule (:func:`_with_and_without`) on ``hw``."""
+    e, x = errors(tables, hw), exposed_errors(tables, hw)
+    mine = x[x.kind == kind].error.abs()
+    return {"runs": len(mine), "exposed": float(mine.median()) if len(mine) else np.nan,
+            "exposed_max": float(mine.max()) if len(mine) else np.nan,
+            "all": float(x.error.abs().median()) if len(x) else np.nan,
+            "all_max": float(x.error.abs().max()) if len(x) else np.nan,
+            **{mode: float(e[mode].abs().median()) for mode in MODES}}
+
+
+def _stands(found: dict) -> bool:
+    """A lower exposed median ``with`` the term than ``without`` it, and neither mode's median higher."""
+    w, wo = found["with"], found["without"]
+    return bool(w["exposed"] < wo["exposed"] and not any(w[mode] > wo[mode] for mode in MODES))
 
 
 def _verdict(found: dict, term: str, runs: str) -> str:
@@ -1108,11 +1116,8 @@ def allreduce_probe_rule(tables: dict, hw) -> dict | None:
     out = {}
     for name, on in (("with", True), ("without", False)):
         with rows.run_allreduce(on):
-            out[name] = _with_and_without(tables, {"with": hw, "without": hw}, "data_parallel")["with"]
-    w, wo = out["with"], out["without"]
-    out["stands"] = bool(w["exposed"] < wo["exposed"] and not any(w[mode] > wo[mode] for mode in MODES))
-    out["probed"] = probed
-    return out
+            out[name] = _judged(tables, hw, "data_parallel")
+    return {**out, "stands": _stands(out), "probed": probed}
 
 
 def allreduce_probe_rule_sentence(tables: dict, hw) -> str:
