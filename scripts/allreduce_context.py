@@ -51,7 +51,7 @@ def worker(rounds: int, rows_path: str) -> None:
     from distperf.config import Config, Layout, RunOptions, validate
     from distperf.launch import pin_this_rank
     from distperf.measure.breakdown import StepBreakdown
-    from distperf.measure.kernels import _Parameters
+    from distperf.measure.kernels import ParametersOnly
     from distperf.parallel.loop import build_trainer, step_barrier
     from distperf.parallel.mesh import init_distributed
     from distperf.tokens import make_source
@@ -67,7 +67,7 @@ def worker(rounds: int, rows_path: str) -> None:
         torch.manual_seed(0)
         trainer = build_trainer(cfg, opts, device)
         elements = sum(p.numel() for p in trainer.model.parameters())
-        bare = DistributedDataParallel(_Parameters(1, elements))
+        bare = DistributedDataParallel(ParametersOnly(1, elements))
         parts[name] = (cfg, trainer, bare, torch.ones(elements), make_source(opts.data, cfg.model.vocab,
                                                                               cfg.model.seq, 0))
 

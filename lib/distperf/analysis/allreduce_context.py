@@ -60,14 +60,16 @@ def follows_size(found: pd.DataFrame) -> dict:
 
 
 def fitted_s(hw, nbytes: float) -> float | None:
-    """The all-reduce of ``nbytes`` over two ranks as the cost model times it on the profile ``hw`` (its α-β fit of
-    the all-reduce as issued, :func:`distperf.cost.communication._link`); None without a profile."""
+    """The all-reduce of ``nbytes`` over two ranks as the cost model times it on the profile ``hw``: its α-β fit of
+    the all-reduce as issued (:meth:`distperf.hardware.Hardware.fitted`), else the link's α-β with gloo's algorithm;
+    None without a profile."""
     if hw is None:
         return None
     from ..cost.collectives import collective_time
-    from ..cost.communication import _link
 
-    return collective_time("all-reduce", nbytes, 2, *_link(hw, "all-reduce", 2, "gloo"))
+    fit = hw.fitted("all-reduce", 2)
+    return collective_time("all-reduce", nbytes, 2, *fit) if fit else collective_time(
+        "all-reduce", nbytes, 2, *hw.link(2), "gloo")
 
 
 def sentence(table: pd.DataFrame | None, hw=None) -> str:

@@ -341,7 +341,7 @@ def wrapper_times(min_run_time: float = 0.1) -> dict:
     return out
 
 
-class _Parameters(nn.Module):
+class ParametersOnly(nn.Module):
     """``count`` parameter tensors of ``numel`` elements each, whose forward sums each one: a module of nothing but
     parameters, for DDP's cost per tensor and per byte (:func:`ddp_slopes`)."""
 
@@ -363,7 +363,7 @@ def ddp_slopes(group, min_run_time: float) -> dict:
     """{ddp_tensor_s, ddp_byte_s}: what DDP adds to a forward + backward per parameter tensor (its autograd hook and
     the gradient's copy into its bucket) and per byte of gradient (that copy, the division by the group's size and
     the copy back out of the bucket), beyond what it adds to a module of one tiny tensor: the slopes of DDP's extra
-    time (wrapped − plain, on the one-rank ``group``) over modules of nothing but parameters (:class:`_Parameters`),
+    time (wrapped − plain, on the one-rank ``group``) over modules of nothing but parameters (:class:`ParametersOnly`),
     from 1 to 64 tensors of 64 elements and from one tensor of 1 MiB to one of 16 MiB. ``ddp_step_s`` (a Block under
     DDP) holds the rest, and the cost model adds these beyond the Block's own tensors
     (:func:`distperf.cost.stage.ddp_time`)."""
@@ -372,7 +372,7 @@ def ddp_slopes(group, min_run_time: float) -> dict:
     x = torch.ones(())
 
     def extra(count: int, numel: int) -> float:
-        plain, wrapped = _Parameters(count, numel), DistributedDataParallel(_Parameters(count, numel),
+        plain, wrapped = ParametersOnly(count, numel), DistributedDataParallel(ParametersOnly(count, numel),
                                                                            process_group=group)
         return (median_time(lambda: wrapped(x).backward(), min_run_time)
                 - median_time(lambda: plain(x).backward(), min_run_time))
