@@ -89,7 +89,8 @@ def sentence(table: pd.DataFrame | None, hw=None) -> str:
     ratios = ", ".join(f"`{p}` {found[(found.preset == p) & (found.way == 'step')].over_issued.iloc[0]:.2f}"
                        for p in follows)
     outside = [p for p, ok in follows.items() if not ok]
-    verdict = (f"at {'both buckets' if len(outside) == 2 else f'`{outside[0]}`' + chr(39) + 's bucket'} the step's "
+    where = "both buckets" if len(outside) == 2 else f"`{outside[0]}`'s bucket" if outside else ""
+    verdict = (f"at {where} the step's "
                f"all-reduce lies outside {BAND[0]:.2f} to {BAND[1]:.2f} times the issued one: its time depends on what "
                f"runs before it, and a model that times it by its size alone misses there by more than the goal's 10 %"
                if outside else

@@ -1029,6 +1029,16 @@ def stall_rule(tables: dict, hw, side: dict | None) -> dict | None:
             **_with_and_without(tables, priced, "pipeline_parallel")}
 
 
+def _variant_told(x: dict, runs: str, every: bool = False) -> str:
+    """One variant of a rule (:func:`_judged`) in words: the held-out ``runs``' exposed communication, median and
+    largest |error| (with ``every``, every judged run's beside them), and both modes' median |error|."""
+    exposed = (f"the {x['runs']} held-out {runs} runs' exposed communication {x['exposed']:.1%} median / "
+               f"{x['exposed_max']:.1%} largest |error|"
+               + (f" (every judged run's {x['all']:.1%} / {x['all_max']:.1%})" if every else "")
+               if x["runs"] else f"no held-out {runs} run's exposed communication to judge")
+    return f"{exposed}; the held-out runs' median |error| analytical {x['analytical']:.1%}, profiled {x['profiled']:.1%}"
+
+
 def stall_rule_sentence(tables: dict, hw, side: dict | None) -> str:
     """:func:`stall_rule` in words."""
     found = stall_rule(tables, hw, side)
@@ -1036,11 +1046,7 @@ def stall_rule_sentence(tables: dict, hw, side: dict | None) -> str:
         return "this calibration did not time a receive from a computing sender"
 
     def told(x: dict) -> str:
-        exposed = (f"the {x['runs']} held-out pipeline runs' exposed communication {x['exposed']:.1%} median / "
-                   f"{x['exposed_max']:.1%} largest |error| (every judged run's {x['all']:.1%} / {x['all_max']:.1%})"
-                   if x["runs"] else "no held-out pipeline run's exposed communication to judge")
-        return (f"{exposed}; the held-out runs' median |error| analytical {x['analytical']:.1%}, profiled "
-                f"{x['profiled']:.1%}")
+        return _variant_told(x, "pipeline", every=True)
 
     return (f"a receive from a computing sender waited {found['stall_s'] * 1e3:.2f} ms longer on average than one from "
             f"an idle sender ({found['stalled']:.0%} of them over 1 ms); with that stall on every message a pipeline "
@@ -1127,11 +1133,7 @@ def allreduce_probe_rule_sentence(tables: dict, hw) -> str:
         return "no run of this build took the all-reduce probe"
 
     def told(x: dict) -> str:
-        exposed = (f"the {x['runs']} held-out data-parallel runs' exposed communication {x['exposed']:.1%} median / "
-                   f"{x['exposed_max']:.1%} largest |error|" if x["runs"] else
-                   "no held-out data-parallel run's exposed communication to judge")
-        return (f"{exposed}; the held-out runs' median |error| analytical {x['analytical']:.1%}, profiled "
-                f"{x['profiled']:.1%}")
+        return _variant_told(x, "data-parallel")
 
     return (f"each data-parallel run's all-reduce priced through its own probe ({found['probed']} runs took it): "
             f"{told(found['with'])}; through the calibration's fit alone (the model), {told(found['without'])}: "
