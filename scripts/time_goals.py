@@ -6,7 +6,8 @@ Reads the book's own tables of the timed experiments (``data/fresh/<scale>/``, o
 ``DISTPERF_FROM=reference``) and their hardware profile, and prints: how many rounds its calibration ran of the noisy
 probes and whether they settled, and both modes priced with that profile and with the one the earlier rule gives from
 the same calibration; whether the issued all-reduce's fit takes its point at DDP's bucket
-(:func:`distperf.analysis.time_model.bucket_point_rule`); the runs that recompute with and without the checkpoint's
+(:func:`distperf.analysis.time_model.bucket_point_rule`); whether a layer's contention ratio stands
+(:func:`distperf.analysis.time_model.layer_contention_rule`); the runs that recompute with and without the checkpoint's
 constants; the FSDP2 unit table's and the waits for the slowest rank's rules; how far the rounds of the tensor-parallel
 path constants and of the pipeline action constants move those runs' profiled errors; whether DTensor's cost per byte
 of a collective's message stands (:func:`distperf.analysis.time_model.tp_bytes_rule`) and whether its split into a part
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print("The all-reduce at DDP's bucket: " + tm.bucket_point_rule_sentence(tables, hw, side) + ".")
     print("A receive from a computing sender: " + tm.stall_rule_sentence(tables, hw, side) + ".")
     print("DDP's slopes: " + tm.ddp_slopes_rule_sentence(tables, hw) + ".")
+    print("A layer's contention: " + tm.layer_contention_rule_sentence(tables, hw, side) + ".")
     print("The run's own all-reduce: " + tm.allreduce_probe_rule_sentence(tables, hw) + ".")
     print("Recomputation's checkpoint: " + tm.recompute_rule_sentence(tables, hw) + ".")
     print("FSDP2's units by size: " + tm.fsdp_units_rule_sentence(tables, hw, side) + ".")

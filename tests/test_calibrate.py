@@ -57,6 +57,14 @@ def test_the_profile_keeps_each_contention_ratio_at_its_least_round():
     assert least_contention(rounds[:1]) == rounds[0]
 
 
+def test_the_profile_keeps_the_layers_contention_at_its_rounds_median():
+    rounds = [{"memory": 1.44, "compute": 1.92, "layer": 1.18}, {"memory": 1.11, "compute": 1.87, "layer": 1.0},
+              {"memory": 1.30, "compute": 1.03, "layer": 1.06}]
+    assert least_contention(rounds) == {"memory": 1.11, "compute": 1.03, "layer": 1.06}
+    older = [rounds[0], {"memory": 1.2, "compute": 1.1}]  # a round without the layer's probe: no layer ratio
+    assert least_contention(older) == {"memory": 1.2, "compute": 1.1}
+
+
 def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, capsys):
     out, proc = quick_profile  # conftest: calibrate --quick --threads 1 --ranks 2 --models tiny, once per session
     assert proc.returncode == 0, proc.stderr

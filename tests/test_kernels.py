@@ -122,6 +122,28 @@ def test_contention_slows_what_ranks_share_only_when_there_are_several():
     assert predict(two, busy)["time_s"]["compute"] > 1.4 * predict(two, calm)["time_s"]["compute"]
 
 
+def test_a_layers_contention_prices_every_kernel_class_of_a_layer_in_place_of_the_two_others():
+    """With ``contention_layer`` a run of several ranks pays that ratio on matrix products, attention and the other
+    operators alike, whatever the compute- and memory-bound ratios; one rank pays none; a profile without it (0) keeps
+    the two others; and the ratio goes through a profile's JSON and out with the ablation's contention."""
+    from distperf.cost.kernels import KernelCosts
+    from distperf.cost.stage import layer_contention
+
+    base = synthetic_costs(contention_memory=2.0, contention_compute=1.5)
+    assert layer_contention(base) == {"matrix_products": 1.5, "attention": 1.5, "other_operators": 2.0}
+    layered = replace(base, contention_layer=1.1)
+    assert layer_contention(layered) == dict.fromkeys(("matrix_products", "attention", "other_operators"), 1.1)
+    calm = replace(PRESETS["A100-80GB"], kernels=synthetic_costs())
+    one, two = small_cfg(), small_cfg(pp=2, schedule="1f1b", microbatches=2)
+    assert predict(one, replace(calm, kernels=layered))["time_s"] == predict(one, calm)["time_s"]
+    alone = predict(two, calm)["time_s"]["compute"]
+    assert predict(two, replace(calm, kernels=replace(synthetic_costs(), contention_layer=1.1)))["time_s"][
+        "compute"] > 1.05 * alone
+    assert KernelCosts.from_dict(layered.to_dict()) == layered
+    assert KernelCosts.from_dict(base.to_dict()).contention_layer == 0.0 and "layer" not in base.to_dict()["contention"]
+    assert layered.without("contention").contention_layer == 0.0
+
+
 def small_cfg(**layout) -> Config:
     return validate(Config(model=presets.model("small"), layout=Layout(**{"micro_batch": 2, **layout})))
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..cost import kernels as kn
 from ..cost.kernels import STEP_FIT_MODEL
-from ..cost.stage import layer_kernels
+from ..cost.stage import layer_contention as contention_factors, layer_kernels
 from ..measure.path_fits import PIPE_MICROBATCHES, TP_FIT_BATCHES
 from ..measure.profiles import sidecar_conditions
 from ..results import signed_error
@@ -723,6 +723,10 @@ def constants_table(hw) -> pd.DataFrame:
          "a 32 MiB copy on every rank at once and on one"),
         ("contention_compute", f"{k.contention_compute:.3g}", "× (all ranks at once / one alone)",
          "a 192×192 matrix product, the same"),
+        ("contention_layer", f"{k.contention_layer:.3g}" if k.contention_layer else "not measured",
+         "× (all ranks at once / one alone)",
+         "a Transformer layer's forward and backward (hidden 192, 4 heads, 4 sequences of 64), the same; the median "
+         "of the rounds (where measured, it prices a layer's kernels in place of the two above)"),
         ("overlap", f"{k.overlap:.3g}", "share of the shorter hidden",
          "an asynchronous all-reduce of DDP's default bucket (25 MiB) issued before a burst of matrix products about "
          "as long as it, waited after; the rounds' median"),
@@ -784,7 +788,7 @@ def constants_table(hw) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["constant", "value", "unit", "microbenchmark"])
 
 
-CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"))
+CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"), ("contention_layer", 1.0, "×"))
 PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
                   ("tp_sp_collective_s", 1e6, "µs"), ("tp_sp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
                   ("tp_collective_wait_s", 1e6, "µs"), ("tp_sp_collective_wait_s", 1e6, "µs"),
@@ -1100,6 +1104,65 @@ def ddp_slopes_rule_sentence(tables: dict, hw) -> str:
     return (f"DDP's {found['tensor_s'] * 1e6:.2f} µs per parameter tensor and {found['byte_s'] * 1e12:.0f} ps per "
             f"byte of gradient: with them, {told(found['with'])}; without them, {told(found['without'])}: the slopes "
             + verdict)
+
+
+def layer_contention_rule(tables: dict, hw, side: dict | None) -> dict | None:
+    """The analytical mode with and without the layer's contention ratio (``kernels.contention_layer``: a generic
+    Transformer layer timed alone and on every rank at once, :func:`distperf.measure.speed.contention_round`, the
+    median of the calibration's rounds; :func:`distperf.cost.stage.layer_contention`), each with the path constants
+    refitted from the calibration's path rounds on that variant (the tensor-parallel ones subtract the model's
+    compute): per variant, ``with`` and ``without``, both modes' median and largest |error| over the held-out runs
+    (``<mode>``, ``<mode>_max``) and the median signed analytical error of the held-out runs of several ranks
+    (``shared``, their count ``runs``); ``ratio``; and ``stands``, the rule declared on 6 December 2026, before any
+    build measured the ratio: it stays in the model if, with it, the analytical mode's median |error| over the
+    held-out runs is lower and its largest no higher, and the profiled mode's median no higher. None where the
+    profile holds no layer ratio."""
+    from ..measure.path_fits import with_path_constants
+
+    if hw is None or hw.kernels is None or not hw.kernels.contention_layer:
+        return None
+    rounds = [r for r in sidecar_conditions(side).get("path_rounds") or [] if r]
+    timed = {name: float(np.median([r[name] for r in rounds if name in r])) for name in rounds[0]} if rounds else None
+
+    def refitted(variant):
+        return with_path_constants(variant, timed, (side or {}).get("ranks") or 2) if timed else variant
+
+    frame = _frame(tables)
+    ranks = (frame[[f"config.layout.{k}" for k in ("dp", "tp", "pp")]].astype(int).prod(axis=1) if len(frame)
+             else pd.Series(dtype=int))
+    shared = set(frame.loc[ranks > 1, "config_hash"]) if len(frame) else set()
+    out = {"ratio": hw.kernels.contention_layer}
+    for name, variant in (("with", hw), ("without", replace(hw, kernels=replace(hw.kernels, contention_layer=0.0)))):
+        e = errors(tables, refitted(variant))
+        mine = e[e.config_hash.isin(shared)].analytical
+        out[name] = {"runs": len(mine), "shared": float(mine.median()) if len(mine) else np.nan,
+                     **{mode: float(e[mode].abs().median()) for mode in MODES},
+                     **{f"{mode}_max": float(e[mode].abs().max()) for mode in MODES}}
+    w, wo = out["with"], out["without"]
+    out["stands"] = bool(w["analytical"] < wo["analytical"] and w["analytical_max"] <= wo["analytical_max"]
+                         and w["profiled"] <= wo["profiled"])
+    return out
+
+
+def layer_contention_rule_sentence(tables: dict, hw, side: dict | None) -> str:
+    """:func:`layer_contention_rule` in words."""
+    found = layer_contention_rule(tables, hw, side)
+    if found is None:
+        return "this calibration did not time a layer with every rank at once"
+
+    def told(x: dict) -> str:
+        shared = (f"the {x['runs']} held-out runs of several ranks' median signed analytical error {x['shared']:+.1%}"
+                  if x["runs"] else "no held-out run of several ranks")
+        return (f"{shared}; every held-out run's median / largest |error| analytical {x['analytical']:.1%} / "
+                f"{x['analytical_max']:.1%}, profiled {x['profiled']:.1%} / {x['profiled_max']:.1%}")
+
+    verdict = ("it stands: a lower analytical median, no higher analytical largest and no higher profiled median"
+               if found["stands"] else "it does not stand: not a lower analytical median with no higher analytical "
+                                       "largest and no higher profiled median")
+    return (f"a layer took {found['ratio']:.3f} times as long with every rank running it at once (the median of the "
+            f"calibration's rounds); with that ratio on every layer's kernels of a run of several ranks, "
+            f"{told(found['with'])}; with the compute- and memory-bound ratios instead (the model before), "
+            f"{told(found['without'])}: " + verdict)
 
 
 def allreduce_probe_rule(tables: dict, hw) -> dict | None:
@@ -1475,16 +1538,22 @@ def contention_sensitivity(tables: dict, hw, side: dict | None) -> str:
     if hw is None or hw.kernels is None or not rounds:
         return "the calibration kept no rounds of its contention probe"
 
-    def priced(compute: float, memory: float) -> str:
-        costs = replace(hw.kernels, contention_compute=compute, contention_memory=memory)
-        found = errors(tables, replace(hw, kernels=costs)).analytical.abs()
-        return f"{compute:.2f}× and {memory:.2f}×: {found.median():.1%} (largest {found.max():.0%})"
-
     k = hw.kernels
-    shown = "; ".join(priced(r["compute"], r["memory"]) for r in rounds if "compute" in r and "memory" in r)
-    return (f"priced with each of the calibration's {len(rounds)} rounds of contention ratios (compute-bound and "
-            f"memory-bound work with every rank running) instead of the profile's, the analytical mode's median "
-            f"|error| would be {shown}; with the profile's {priced(k.contention_compute, k.contention_memory)}")
+    layered = bool(k.contention_layer) and all(r and "layer" in r for r in rounds)
+
+    def priced(compute: float, memory: float, layer: float = 0.0) -> str:
+        costs = replace(k, contention_compute=compute, contention_memory=memory,
+                        contention_layer=layer if layered else k.contention_layer)
+        found = errors(tables, replace(hw, kernels=costs)).analytical.abs()
+        ratios = f"{compute:.2f}×, {memory:.2f}× and {layer:.2f}×" if layered else f"{compute:.2f}× and {memory:.2f}×"
+        return f"{ratios}: {found.median():.1%} (largest {found.max():.0%})"
+
+    shown = "; ".join(priced(r["compute"], r["memory"], r.get("layer", 0.0)) for r in rounds
+                      if r and "compute" in r and "memory" in r)
+    kinds = "compute-bound work, memory-bound work and a layer" if layered else "compute-bound and memory-bound work"
+    return (f"priced with each of the calibration's {len(rounds)} rounds of contention ratios ({kinds} with every "
+            f"rank running) instead of the profile's, the analytical mode's median |error| would be {shown}; with the "
+            f"profile's {priced(k.contention_compute, k.contention_memory, k.contention_layer)}")
 
 
 TP_PATHS = ("tp_collective_s", "tp_collective_byte_s", "tp_sp_collective_s",
@@ -1765,9 +1834,9 @@ def layer_contention(tables: dict, hw) -> pd.DataFrame:
         alone = {c: f + b for c, (f, b) in layer_kernels(cfg.model, cfg.layout, cfg.training, k, "none").items()}
         base = alone["matrix_products"] + alone["attention"] + alone["other_operators"] + alone["framework"]
         ranks = cfg.layout.world_size
-        compute, memory = (k.contention_compute, k.contention_memory) if ranks > 1 else (1.0, 1.0)
-        assumed = (compute * (alone["matrix_products"] + alone["attention"]) + memory * alone["other_operators"]
-                   + alone["framework"])
+        factors = contention_factors(k) if ranks > 1 else {}
+        assumed = sum(factors.get(c, 1.0) * alone[c] for c in ("matrix_products", "attention", "other_operators",
+                                                               "framework"))
         out.append({"strategy": strategy(row), "ranks": ranks, "measured": part / base, "profile": assumed / base})
     return pd.DataFrame(out, columns=columns)
 

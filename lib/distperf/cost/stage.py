@@ -190,10 +190,10 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
     With profiled ``times`` (((f, b) layer, (f, b) embedding, (f, b) head) seconds of one microbatch on one
     device), as profiling-based predictors do: L/t·(f + b + recomputed share·f) + the ends' f + b, the
     recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops; with measured kernels in the
-    profile, times ``contention_compute`` when ranks share the machine, plus the parallel wrappers'
-    (:func:`wrapper_time`) — the profiled times come from one process running a plain layer. Times a run's ranks
-    measured at once on their own shapes (a longer tuple, :func:`distperf.cost.predict.profiled_times`) take neither
-    the 1/t nor the contention factor.
+    profile, times ``contention_layer`` (else ``contention_compute``) when ranks share the machine, plus the
+    parallel wrappers' (:func:`wrapper_time`) — the profiled times come from one process running a plain layer.
+    Times a run's ranks measured at once on their own shapes (a longer tuple,
+    :func:`distperf.cost.predict.profiled_times`) take neither the 1/t nor the contention factor.
 
     With the hardware's measured ``kernels`` (and no profiled times): the kernels one microbatch launches on the
     rank, each at its measured time (:func:`kernel_classes`), contended when several ranks share the machine.
@@ -213,7 +213,8 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
         backward = (span.layers * (layer_b + recomputed * layer_f) / share + (embed_b if span.first else 0.0)
                     + (head_b if span.last else 0.0))
         if hw.kernels is not None:  # add the parallel wrappers, and contention to one process's times
-            factor = hw.kernels.contention_compute if lay.world_size > 1 and not at_once else 1.0
+            factor = (hw.kernels.contention_layer or hw.kernels.contention_compute) \
+                if lay.world_size > 1 and not at_once else 1.0
             wrapped = wrapper_time(hw.kernels, lay, span)
             forward, backward = forward * factor + wrapped / 3, backward * factor + 2 * wrapped / 3
         return Compute(forward=forward, backward=backward)
@@ -237,13 +238,23 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
     ends = kn.ends(costs, lay.micro_batch, spec.seq, spec.hidden, spec.vocab, span.first, span.last, dropout, mixed)
     out = {c: (span.layers * layer[c][0] + ends[c][0], span.layers * layer[c][1] + ends[c][1]) for c in kn.CLASSES}
     if lay.world_size > 1:  # the ranks of the machine compute at once
-        for c, factor in (("matrix_products", costs.contention_compute), ("attention", costs.contention_compute),
-                          ("other_operators", costs.contention_memory)):
+        for c, factor in layer_contention(costs).items():
             out[c] = (out[c][0] * factor, out[c][1] * factor)
     wrapped = wrapper_time(costs, lay, span)  # split 1 : 2 as the work they wrap
     f, b = out["framework"]
     out["framework"] = (f + wrapped / 3, b + 2 * wrapped / 3 + costs.backward_call_s)
     return out
+
+
+def layer_contention(costs: kn.KernelCosts) -> dict:
+    """{class: factor} of a layer's kernel classes when the machine's ranks compute at once: the layer probe's
+    ``contention_layer`` for all three where the profile holds one, else ``contention_compute`` for matrix products
+    and attention and ``contention_memory`` for the other operators (the book's chapter "Where the time goes",
+    section "The kernel time model")."""
+    if costs.contention_layer:
+        return dict.fromkeys(("matrix_products", "attention", "other_operators"), costs.contention_layer)
+    return {"matrix_products": costs.contention_compute, "attention": costs.contention_compute,
+            "other_operators": costs.contention_memory}
 
 
 def layer_kernels(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelCosts, recompute: str) -> dict:

@@ -35,14 +35,15 @@ The profile (:class:`distperf.hardware.Hardware`) takes:
 
 - ``kernels`` (CPU): the kernel microbenchmarks of :mod:`distperf.measure.kernels` (the time of a linear layer,
   fused attention, each memory-bound operator by size, a view, a module call, a backward's start, Adam per
-  tensor), its ``contention`` (memory-bound and compute-bound kernels with every rank running at once, over one
-  alone: :func:`training_conditions`), and ``step_s``, the trainer's fixed Python per step, fitted on the ``tiny`` preset
-  (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's ``step_fit``), and
-  ``probe``: the machine's speed while they were measured (:mod:`distperf.measure.speed`: per part the median of a
-  probe before each kernel table and one after the last, all in the sidecar's ``speed_probe.probes``), against
-  which each run's own probe scales them. The sidecar's ``conditions.skew`` records how much longer the slowest of
-  the ranks takes than the typical one over bursts of compute started together (:mod:`distperf.measure.skew`); the
-  model does not price it (the book prices it as a what-if), so the path constants are taken without it. Its
+  tensor), its ``contention`` (memory-bound and compute-bound kernels and a layer with every rank running at once,
+  over one alone: :func:`training_conditions`), and ``step_s``, the trainer's fixed Python per step, fitted on the
+  ``tiny`` preset (:func:`distperf.measure.kernels.fit_step_overhead`; the residuals are in the sidecar's
+  ``step_fit``), and ``probe``: the machine's speed while they were measured (:mod:`distperf.measure.speed`: per part
+  the median of a probe before each kernel table and one after the last, all in the sidecar's
+  ``speed_probe.probes``), against which each run's own probe scales them. The sidecar's ``conditions.skew``
+  records how much longer the slowest of the ranks takes than the typical one over bursts of compute started
+  together (:mod:`distperf.measure.skew`); the model does not price it (the book prices it as a what-if), so the
+  path constants are taken without it. Its
   ``conditions.fsdp_units`` records FSDP2's unit probe (:func:`distperf.measure.fsdp_overhead.fsdp_unit_times`),
   which the model does not price either (the book's what-if: :func:`distperf.measure.path_fits.with_fsdp_units`), and
   its ``conditions.busy_sender`` how much longer a receive waits when its sender is computing

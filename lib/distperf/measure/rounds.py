@@ -101,8 +101,15 @@ def settled(moved: dict) -> bool:
 
 def least_contention(rounds: list[dict]) -> dict:
     """Each contention ratio (``memory``, ``compute``) over the rounds of the contention probe: the least (the comment
-    at :data:`distperf.measure.calibrate.PATH_ROUNDS_FROM_REPS` says why)."""
-    return {name: min(r[name] for r in rounds) for name in ("memory", "compute")}
+    at :data:`distperf.measure.calibrate.PATH_ROUNDS_FROM_REPS` says why); and the layer's (``layer``, where every
+    round measured one: from 6 December 2026) the rounds' median, since each round's ratio is clipped at 1 and the
+    least of a few reads 1 whenever one round's time alone ran slow (in development on this machine, four rounds of the
+    calibration's length read 1.18, 1.00, 1.00 and 1.00; the same layer, alone and at once in turn six times, 1.00 to
+    1.08, median 1.04)."""
+    out = {name: min(r[name] for r in rounds) for name in ("memory", "compute")}
+    if rounds and all("layer" in r for r in rounds):
+        out["layer"] = statistics.median(r["layer"] for r in rounds)
+    return out
 
 
 def profile_from_rounds(hw, side: dict, issued: slice = slice(None), paths: slice = slice(None),
