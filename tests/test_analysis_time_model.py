@@ -181,7 +181,8 @@ def test_every_constant_is_listed_with_its_unit_and_microbenchmark():
     table = tm.constants_table(HW)
     names = set(table.constant)
     for f in fields(kn.KernelCosts):
-        if f.name not in ("elementwise", "skew", "fsdp_units", "p2p_stall_s"):  # the last three: what-ifs, no profile's
+        if f.name not in ("elementwise", "skew", "fsdp_units", "p2p_stall_s", "contention_layer"):  # what-ifs after
+            # the first: no profile's
             assert f.name in names
     assert table.unit.str.len().gt(0).all() and table.microbenchmark.str.len().gt(0).all()
     assert len(tm.constants_table(replace(HW, kernels=None))) == 0
@@ -266,14 +267,12 @@ def test_path_rounds_recompute_each_constant_from_every_round():
     rounds = [{**base, "tp_layer_s": x, "pp_microbatch_s": y, "pp_microbatch_wait_s": y / 2}
               for x, y in ((0.05, 0.004), (0.06, 0.008), (0.07, 0.006))]
     side = {"ranks": 2, "issued_fits": fits, "conditions": {"path_rounds": rounds, "contention_rounds": [
-        {"memory": 1.1, "compute": 1.0, "layer": 1.0}, {"memory": 2.3, "compute": 1.2, "layer": 1.08},
-        {"memory": 1.5, "compute": 1.1, "layer": 1.04}]}}
+        {"memory": 1.1, "compute": 1.0}, {"memory": 2.3, "compute": 1.2}, {"memory": 1.5, "compute": 1.1}]}}
     table = tm.path_rounds(side, hw).set_index("constant")
     unprofiled = {"tp_collective_wait_s", "tp_sp_collective_wait_s"}  # a tensor-parallel layer's rounds, not steps
     assert set(table.index) == {name for name, _, _ in tm.CONTENTION + tm.PATH_CONSTANTS} - unprofiled
     assert (table["rounds"] == 3).all()
     assert tuple(table.loc["contention_memory", ["min", "median", "max"]]) == (1.1, 1.5, 2.3)
-    assert tuple(table.loc["contention_layer", ["min", "median", "max"]]) == (1.0, 1.04, 1.08)
     tp = table.loc["tp_collective_s"]
     assert tp["min"] < tp["median"] < tp["max"] and tp["max"] - tp["min"] == pytest.approx(0.02 / 4 * 1e6)
     pp = table.loc["pp_action_s"]
@@ -865,23 +864,23 @@ def test_ddps_slopes_stand_where_they_price_a_ddp_runs_iteration(truth):
 
 @pytest.mark.parametrize("truth", [True, False])
 def test_a_layers_contention_stands_where_it_prices_the_runs_of_several_ranks(truth):
-    """Runs whose iterations (both modes) are what the model gives with a layer's contention ratio, or with the two
-    other ratios instead: the layer's stands only in the first; one rank's run is the same in both; a profile without
-    the ratio has no rule to judge."""
-    layered = replace(HW, kernels=replace(HW.kernels, contention_layer=1.3))
-    truth_hw = layered if truth else HW
+    """Runs whose iterations (both modes) are what the model gives with a layer's contention ratio (the calibration's
+    sidecar holds it), or with the two other ratios instead: the layer's stands only in the first; one rank's run is
+    the same in both; a calibration without the ratio has no rule to judge."""
+    side = {"conditions": {"contention": {"memory": 1.0, "compute": 1.0, "layer": 1.3}}}
+    truth_hw = replace(HW, kernels=replace(HW.kernels, contention_layer=1.3)) if truth else HW
     runs = {"regimes": pd.DataFrame([row("small", 1.0, 1.0, hw=truth_hw, pp=2, schedule="1f1b", microbatches=2),
                                      row("small", 1.0, 1.0, hw=truth_hw, microbatches=2)])}
-    found = tm.layer_contention_rule(runs, layered, None)
+    found = tm.layer_contention_rule(runs, HW, side)
     assert found["stands"] is truth and found["ratio"] == 1.3
     assert found["with"]["runs"] == found["without"]["runs"] == 1
     assert found["with" if truth else "without"]["analytical_max"] == pytest.approx(0.0, abs=1e-9)
     assert found["without" if truth else "with"]["analytical_max"] > 0.05
-    sentence = tm.layer_contention_rule_sentence(runs, layered, None)
+    sentence = tm.layer_contention_rule_sentence(runs, HW, side)
     assert sentence.startswith("a layer took 1.300 times as long with every rank running it at once")
     assert sentence.endswith("it stands: a lower analytical median, no higher analytical largest and no higher "
                              "profiled median") is truth
-    assert tm.layer_contention_rule(runs, HW, None) is None
+    assert tm.layer_contention_rule(runs, HW, {"conditions": {"contention": {"memory": 1.0}}}) is None
     assert tm.layer_contention_rule_sentence(runs, HW, None) == ("this calibration did not time a layer with every "
                                                                  "rank at once")
 

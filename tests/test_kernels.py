@@ -123,9 +123,9 @@ def test_contention_slows_what_ranks_share_only_when_there_are_several():
 
 
 def test_a_layers_contention_prices_every_kernel_class_of_a_layer_in_place_of_the_two_others():
-    """With ``contention_layer`` a run of several ranks pays that ratio on matrix products, attention and the other
-    operators alike, whatever the compute- and memory-bound ratios; one rank pays none; a profile without it (0) keeps
-    the two others; and the ratio goes through a profile's JSON and out with the ablation's contention."""
+    """With ``contention_layer`` (a what-if) a run of several ranks pays that ratio on matrix products, attention and
+    the other operators alike, whatever the compute- and memory-bound ratios; one rank pays none; without it (0) the
+    two others price them; a profile's JSON never sets it; the ablation's contention takes it out."""
     from distperf.cost.kernels import KernelCosts
     from distperf.cost.stage import layer_contention
 
@@ -139,8 +139,9 @@ def test_a_layers_contention_prices_every_kernel_class_of_a_layer_in_place_of_th
     alone = predict(two, calm)["time_s"]["compute"]
     assert predict(two, replace(calm, kernels=replace(synthetic_costs(), contention_layer=1.1)))["time_s"][
         "compute"] > 1.05 * alone
-    assert KernelCosts.from_dict(layered.to_dict()) == layered
-    assert KernelCosts.from_dict(base.to_dict()).contention_layer == 0.0 and "layer" not in base.to_dict()["contention"]
+    profile = layered.to_dict()
+    profile["contention"]["layer"] = 1.1  # as a calibration writes it: a profile never prices it (its rule failed)
+    assert "layer" not in base.to_dict()["contention"] and KernelCosts.from_dict(profile) == base
     assert layered.without("contention").contention_layer == 0.0
 
 

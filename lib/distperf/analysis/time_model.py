@@ -723,10 +723,7 @@ def constants_table(hw) -> pd.DataFrame:
          "a 32 MiB copy on every rank at once and on one"),
         ("contention_compute", f"{k.contention_compute:.3g}", "× (all ranks at once / one alone)",
          "a 192×192 matrix product, the same"),
-        ("contention_layer", f"{k.contention_layer:.3g}" if k.contention_layer else "not measured",
-         "× (all ranks at once / one alone)",
-         "a Transformer layer's forward and backward (hidden 192, 4 heads, 4 sequences of 64), the same; the median "
-         "of the rounds (where measured, it prices a layer's kernels in place of the two above)"),
+
         ("overlap", f"{k.overlap:.3g}", "share of the shorter hidden",
          "an asynchronous all-reduce of DDP's default bucket (25 MiB) issued before a burst of matrix products about "
          "as long as it, waited after; the rounds' median"),
@@ -788,7 +785,7 @@ def constants_table(hw) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["constant", "value", "unit", "microbenchmark"])
 
 
-CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"), ("contention_layer", 1.0, "×"))
+CONTENTION = (("contention_memory", 1.0, "×"), ("contention_compute", 1.0, "×"))
 PATH_CONSTANTS = (("tp_collective_s", 1e6, "µs"), ("tp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
                   ("tp_sp_collective_s", 1e6, "µs"), ("tp_sp_collective_byte_s", 1e6 * 1024, "µs/KiB"),
                   ("tp_collective_wait_s", 1e6, "µs"), ("tp_sp_collective_wait_s", 1e6, "µs"),
@@ -1107,19 +1104,22 @@ def ddp_slopes_rule_sentence(tables: dict, hw) -> str:
 
 
 def layer_contention_rule(tables: dict, hw, side: dict | None) -> dict | None:
-    """The analytical mode with and without the layer's contention ratio (``kernels.contention_layer``: a generic
-    Transformer layer timed alone and on every rank at once, :func:`distperf.measure.speed.contention_round`, the
-    median of the calibration's rounds; :func:`distperf.cost.stage.layer_contention`), each with the path constants
+    """The analytical mode with and without the layer's contention ratio (a generic Transformer layer timed alone and
+    on every rank at once, :func:`distperf.measure.speed.contention_round`: the median of the calibration's rounds,
+    its sidecar's ``conditions.contention.layer``, as ``kernels.contention_layer``:
+    :func:`distperf.cost.stage.layer_contention`), each with the path constants
     refitted from the calibration's path rounds on that variant (the tensor-parallel ones subtract the model's
     compute): per variant, ``with`` and ``without``, both modes' median and largest |error| over the held-out runs
     (``<mode>``, ``<mode>_max``) and the median signed analytical error of the held-out runs of several ranks
     (``shared``, their count ``runs``); ``ratio``; and ``stands``, the rule declared on 6 December 2026, before any
     build measured the ratio: it stays in the model if, with it, the analytical mode's median |error| over the
-    held-out runs is lower and its largest no higher, and the profiled mode's median no higher. None where the
-    profile holds no layer ratio."""
+    held-out runs is lower and its largest no higher, and the profiled mode's median no higher. It did not stand on
+    the build at 177e3f8, which judged it, and the ratio stays out (a profile never sets it). None where the
+    calibration measured no layer ratio."""
     from ..measure.path_fits import with_path_constants
 
-    if hw is None or hw.kernels is None or not hw.kernels.contention_layer:
+    ratio = (sidecar_conditions(side).get("contention") or {}).get("layer")
+    if hw is None or hw.kernels is None or not ratio:
         return None
     rounds = [r for r in sidecar_conditions(side).get("path_rounds") or [] if r]
     timed = {name: float(np.median([r[name] for r in rounds if name in r])) for name in rounds[0]} if rounds else None
@@ -1131,8 +1131,9 @@ def layer_contention_rule(tables: dict, hw, side: dict | None) -> dict | None:
     ranks = (frame[[f"config.layout.{k}" for k in ("dp", "tp", "pp")]].astype(int).prod(axis=1) if len(frame)
              else pd.Series(dtype=int))
     shared = set(frame.loc[ranks > 1, "config_hash"]) if len(frame) else set()
-    out = {"ratio": hw.kernels.contention_layer}
-    for name, variant in (("with", hw), ("without", replace(hw, kernels=replace(hw.kernels, contention_layer=0.0)))):
+    out = {"ratio": float(ratio)}
+    for name, variant in (("with", replace(hw, kernels=replace(hw.kernels, contention_layer=float(ratio)))),
+                          ("without", replace(hw, kernels=replace(hw.kernels, contention_layer=0.0)))):
         e = errors(tables, refitted(variant))
         mine = e[e.config_hash.isin(shared)].analytical
         out[name] = {"runs": len(mine), "shared": float(mine.median()) if len(mine) else np.nan,
@@ -1161,7 +1162,7 @@ def layer_contention_rule_sentence(tables: dict, hw, side: dict | None) -> str:
                                        "largest and no higher profiled median")
     return (f"a layer took {found['ratio']:.3f} times as long with every rank running it at once (the median of the "
             f"calibration's rounds); with that ratio on every layer's kernels of a run of several ranks, "
-            f"{told(found['with'])}; with the compute- and memory-bound ratios instead (the model before), "
+            f"{told(found['with'])}; with the compute- and memory-bound ratios instead (the model), "
             f"{told(found['without'])}: " + verdict)
 
 

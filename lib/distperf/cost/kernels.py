@@ -39,13 +39,11 @@ and backward on a rank is the sum over the kernels it launches, in four classes 
   predicted breakdown's classes, not the step's: its rule failed on the builds at 70f88ea and de85c17 with the probe's
   part and stood on 21e68cf with the fitted table, :data:`distperf.analysis.time_model.PIPELINE_SPLIT`).
 
-**Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, a layer's
-kernels (matrix products, attention and the other operators, and the ends' likewise) take ``contention_layer`` times
-their time alone (a Transformer layer of a generic shape, forward and backward, timed alone and with every rank
-running it at once; from 6 December 2026, by a rule its first build judges: the chapter "Where the time goes",
-section "Held-out validation"), or, in a profile without it, matrix products and attention ``contention_compute``
-times and the other operators ``contention_memory`` times; Adam's per-element work and the gradients' accumulation
-take ``contention_memory`` times (each ratio measured with every rank running the same kernel at once). And
+**Contention.** Ranks on one machine share its memory bandwidth and caches: with more than one rank, matrix
+products and attention take ``contention_compute`` times, the memory-bound operators and Adam's per-element work
+``contention_memory`` times their time alone (both measured with every rank running the same kernel at once). A
+generic Transformer layer's own ratio (``contention_layer``, measured since 6 December 2026) would price a layer's
+kernels in place of both; its rule failed on the build at 177e3f8, and it stays a what-if. And
 communication that the framework hides behind compute (DDP's buckets, FSDP2's gathers and reduce-scatters) hides
 only by the measured ``overlap`` (FSDP2's by ``fsdp_overlap``, measured on its own path): the exposed time is the
 whole communication less that share of what perfect overlap would hide. Where FSDP2's path costs more than its
@@ -174,9 +172,10 @@ class KernelCosts:
     # every rank of the machine running at once over one alone (calibrate's training_conditions), ≥ 1
     contention_memory: float = 1.0  # memory-bound kernels (a large copy)
     contention_compute: float = 1.0  # compute-bound kernels (a matrix product)
-    # a Transformer layer of a generic shape, forward and backward (measure.speed.contention_round), the median of the
-    # calibration's rounds; 0 where not measured (profiles before 6 December 2026): the two ratios above then price
-    # a layer's kernels, as they did before
+    # a Transformer layer of a generic shape, forward and backward, all ranks at once over one alone
+    # (measure.speed.contention_round; the calibration's sidecar keeps its rounds and their median): in place of the two
+    # ratios above on a layer's kernels where set; 0 unless a what-if sets it (never read from a profile: its rule
+    # failed on the build at 177e3f8, the chapter "Where the time goes", section "The machine's speed")
     contention_layer: float = 0.0
     overlap: float = 1.0  # share of the shorter of an asynchronous collective and compute that runs at once, [0, 1]
     # share of FSDP2's gathers and reduce-scatters its forward and backward hide, ≤ 1; below 0 its path costs
@@ -216,7 +215,6 @@ class KernelCosts:
                   step_s=float(data.get("step_s", 0.0)),
                   contention_memory=float(data.get("contention", {}).get("memory", 1.0)),
                   contention_compute=float(data.get("contention", {}).get("compute", 1.0)),
-                  contention_layer=float(data.get("contention", {}).get("layer", 0.0)),
                   overlap=float(data.get("contention", {}).get("overlap", 1.0)),
                   fsdp_overlap=float(data.get("contention", {}).get("fsdp", 1.0)),
                   probe=tuple(float(data["probe"][k]) for k in PROBE_PARTS) if data.get("probe") else (),
@@ -225,7 +223,7 @@ class KernelCosts:
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
-                    out.contention_compute - 1, out.contention_layer, out.overlap, 1 - out.overlap,
+                    out.contention_compute - 1, out.overlap, 1 - out.overlap,
                     out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
                     *(getattr(out, k) for k in WRAPPERS), *out.probe, *(v for _, v in out.action_waits)]
@@ -249,8 +247,6 @@ class KernelCosts:
         out["wrappers"] = {k: getattr(self, k) for k in WRAPPERS}
         out["contention"] = {"memory": self.contention_memory, "compute": self.contention_compute,
                              "overlap": self.overlap, "fsdp": self.fsdp_overlap}
-        if self.contention_layer:
-            out["contention"]["layer"] = self.contention_layer
         return out
 
     def without(self, *terms: str) -> KernelCosts:
