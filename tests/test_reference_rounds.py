@@ -1,12 +1,13 @@
 """The command line the round-based reference experiments share (``distperf.reference.rounds_main``:
-scripts/tp_drift.py, scripts/allreduce_context.py): bad input is refused and an archived table is kept."""
+scripts/tp_drift.py, scripts/allreduce_context.py, scripts/allocator_context.py): bad input is refused and an
+archived table is kept."""
 import importlib.util
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ("tp_drift", "allreduce_context")
+SCRIPTS = ("tp_drift", "allreduce_context", "allocator_context")
 
 
 def script(name: str):

@@ -223,6 +223,15 @@ def at_least_one(text: str) -> int:
 def two_rank_rows(script: Path, rounds: int, timeout: float) -> list[dict]:
     """Run ``script --worker --rounds N --rows FILE`` on two ranks launched by torchrun (one thread each) and return
     the JSON rows its rank 0 wrote to FILE; RuntimeError when the launch fails or takes longer than ``timeout``."""
+    return worker_rows(script, rounds, timeout)
+
+
+def worker_rows(script: Path, rounds: int, timeout: float, ranks: int = 2, env: dict | None = None,
+                unset: tuple = ()) -> list[dict]:
+    """Run ``script --worker --rounds N --rows FILE`` — on ``ranks`` ranks launched by torchrun, or as one plain
+    process where ``ranks`` is 1 — with one thread each, ``env`` added to this process's environment and the variables
+    ``unset`` taken out of it, and return the JSON rows it (its rank 0) wrote to FILE; RuntimeError when it fails or
+    takes longer than ``timeout``."""
     import os
     import subprocess
     import sys
@@ -231,12 +240,14 @@ def two_rank_rows(script: Path, rounds: int, timeout: float) -> list[dict]:
     lib = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
         rows_path = os.path.join(tmp, "rows.jsonl")
-        env = {**os.environ, "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")]))}
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                   str(Path(script).resolve()), "--worker", "--rounds", str(rounds), "--rows", rows_path]
+        environment = {**{k: v for k, v in os.environ.items() if k not in unset}, "OMP_NUM_THREADS": "1",
+                       "PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")])),
+                       **(env or {})}
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)] if ranks > 1 else []
+        command = [sys.executable, *launcher, str(Path(script).resolve()), "--worker", "--rounds", str(rounds),
+                   "--rows", rows_path]
         try:
-            done = subprocess.run(command, env=env, timeout=timeout, capture_output=True, text=True)
+            done = subprocess.run(command, env=environment, timeout=timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"the ranks did not finish within {timeout:.0f} s") from None
         if done.returncode != 0:
@@ -246,14 +257,14 @@ def two_rank_rows(script: Path, rounds: int, timeout: float) -> list[dict]:
 
 
 def rounds_main(script: Path, name: str, description: str, argv: list[str] | None, rounds: int, worker,
-                seconds: tuple[float, float], report=None, suffix: str = ".csv") -> int:
-    """The command line of a reference experiment measured in rounds on two ranks (``--rounds``, at least 1, default
-    ``rounds``; ``--out``, default ``data/reference/<machine>/<name><suffix>``, gzipped where it ends in ``.gz``;
-    ``--force``): under ``--worker`` it is one
-    rank's part, ``worker(rounds, rows_path)``; else it launches that (:func:`two_rank_rows`, with ``seconds`` =
-    (to start, per round) as its timeout), writes the rows with provenance atomically, sets the table's entry in its
-    directory's manifest (:func:`record_table`) and prints ``report(table)``. An existing table is kept. Exit status
-    0 on success, 1 when the run failed or timed out (2 on bad input, from argparse)."""
+                seconds: tuple[float, float], report=None, suffix: str = ".csv", launch=None) -> int:
+    """The command line of a reference experiment measured in rounds (``--rounds``, at least 1, default ``rounds``;
+    ``--out``, default ``data/reference/<machine>/<name><suffix>``, gzipped where it ends in ``.gz``; ``--force``):
+    under ``--worker`` it is one rank's (or process's) part, ``worker(rounds, rows_path)``; else it launches that
+    (``launch(script, rounds, timeout)``, by default :func:`two_rank_rows`, with ``seconds`` = (to start, per round)
+    giving its timeout), writes the rows with provenance atomically, sets the table's entry in its directory's
+    manifest (:func:`record_table`) and prints ``report(table)``. An existing table is kept. Exit status 0 on success,
+    1 when the run failed or timed out (2 on bad input, from argparse)."""
     import argparse
     import sys
 
@@ -276,7 +287,7 @@ def rounds_main(script: Path, name: str, description: str, argv: list[str] | Non
         print(f"{name}: {out} exists (--force measures again)")
         return 0
     try:
-        rows = two_rank_rows(script, args.rounds, seconds[0] + seconds[1] * args.rounds)
+        rows = (launch or two_rank_rows)(script, args.rounds, seconds[0] + seconds[1] * args.rounds)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
