@@ -723,7 +723,6 @@ def constants_table(hw) -> pd.DataFrame:
          "a 32 MiB copy on every rank at once and on one"),
         ("contention_compute", f"{k.contention_compute:.3g}", "× (all ranks at once / one alone)",
          "a 192×192 matrix product, the same"),
-
         ("overlap", f"{k.overlap:.3g}", "share of the shorter hidden",
          "an asynchronous all-reduce of DDP's default bucket (25 MiB) issued before a burst of matrix products about "
          "as long as it, waited after; the rounds' median"),

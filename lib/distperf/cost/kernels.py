@@ -223,8 +223,7 @@ class KernelCosts:
         numbers = [x for table in (out.linear_fp32, out.linear_bf16, out.adam) for row in table for x in row]
         numbers += [x for row in out.attention for x in row[1:]] + [x for row in out.elementwise for x in row[1:]]
         numbers += [*out.view, out.module_call_s, out.backward_call_s, out.step_s, out.contention_memory - 1,
-                    out.contention_compute - 1, out.overlap, 1 - out.overlap,
-                    out.fsdp_overlap + FSDP_EXPOSURE_MAX,
+                    out.contention_compute - 1, out.overlap, 1 - out.overlap, out.fsdp_overlap + FSDP_EXPOSURE_MAX,
                     1 - out.fsdp_overlap,
                     *(getattr(out, k) for k in WRAPPERS), *out.probe, *(v for _, v in out.action_waits)]
         if not out.linear_fp32 or not out.attention or not out.adam or len(out.view) != 2 or any(

@@ -190,8 +190,9 @@ def compute(spec: ModelSpec, lay: Layout, tr: Training, hw: Hardware, span: Span
     With profiled ``times`` (((f, b) layer, (f, b) embedding, (f, b) head) seconds of one microbatch on one
     device), as profiling-based predictors do: L/t·(f + b + recomputed share·f) + the ends' f + b, the
     recomputed share being the FLOP ratio recompute_forward_flops / layer_forward_flops; with measured kernels in the
-    profile, times ``contention_layer`` (else ``contention_compute``) when ranks share the machine, plus the
-    parallel wrappers' (:func:`wrapper_time`) — the profiled times come from one process running a plain layer.
+    profile, times ``contention_compute`` (a what-if's ``contention_layer`` where set) when ranks share the machine,
+    plus the parallel wrappers' (:func:`wrapper_time`) — the profiled times come from one process running a plain
+    layer.
     Times a run's ranks measured at once on their own shapes (a longer tuple,
     :func:`distperf.cost.predict.profiled_times`) take neither the 1/t nor the contention factor.
 
@@ -247,10 +248,10 @@ def kernel_classes(spec: ModelSpec, lay: Layout, tr: Training, costs: kn.KernelC
 
 
 def layer_contention(costs: kn.KernelCosts) -> dict:
-    """{class: factor} of a layer's kernel classes when the machine's ranks compute at once: the layer probe's
-    ``contention_layer`` for all three where the profile holds one, else ``contention_compute`` for matrix products
-    and attention and ``contention_memory`` for the other operators (the book's chapter "Where the time goes",
-    section "The kernel time model")."""
+    """{class: factor} of a layer's kernel classes when the machine's ranks compute at once: ``contention_compute``
+    for matrix products and attention and ``contention_memory`` for the other operators (the book's chapter "Where
+    the time goes", section "The kernel time model"); or the layer probe's ``contention_layer`` for all three where a
+    what-if sets it (a profile never does: its rule failed, section "The machine's speed")."""
     if costs.contention_layer:
         return dict.fromkeys(("matrix_products", "attention", "other_operators"), costs.contention_layer)
     return {"matrix_products": costs.contention_compute, "attention": costs.contention_compute,

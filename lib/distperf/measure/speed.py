@@ -27,8 +27,8 @@ A run of several ranks also measures their contention (:func:`contention_round`,
 shorter blocks): a 192×192 matrix product, a copy of 8 Mi values and (from 6 December 2026) a Transformer layer of a
 generic shape, each timed on rank 0 alone and on every rank at once, ``contention_compute``, ``contention_memory`` and
 ``contention_layer`` the ratios together / alone, which the calibration measures for the whole profile
-(``KernelCosts.contention_*``). :func:`at_contention` prices a run with its
-own: a second variant the same section evaluates.
+(``KernelCosts.contention_*``; the layer's only in its sidecar, since its rule failed). :func:`at_contention` prices a
+run with its own: a second variant the same section evaluates.
 
 A data-parallel run under DDP also times its own all-reduce (:func:`allreduce_probe`: its gradient's bytes up to the
 bucket cap), before and after its steps; :func:`at_allreduce` prices the run's all-reduce through it, a what-if that
