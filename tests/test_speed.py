@@ -135,8 +135,7 @@ def test_every_rank_probes_and_the_slowest_counts():
     found = spawn(_probe_in_turn, 2, probes)
     assert [{k: f[k] for k in speed.PARTS} for f in found] == [{"gemm_s": 2.0, "elementwise_s": 5.0, "python_s": 3.0}] * 2
     # and the ranks' contention, read on rank 0 and shared: together over alone, at least 1
-    assert found[0] == found[1] and all(found[0][k] >= 1.0 and math.isfinite(found[0][k])
-                                        for k in (*speed.CONTENTION, speed.LAYER_CONTENTION))
+    assert found[0] == found[1] and all(found[0][k] >= 1.0 and math.isfinite(found[0][k]) for k in speed.CONTENTION)
 
 
 def test_a_run_is_priced_with_its_own_contention_where_it_measured_one():
@@ -151,12 +150,6 @@ def test_a_run_is_priced_with_its_own_contention_where_it_measured_one():
         assert speed.at_contention(HW, run) is HW
     gpu = replace(HW, kernels=None)
     assert speed.at_contention(gpu, both) is gpu
-    layered = {**both, "contention_layer": 1.3}
-    assert speed.combine(layered, {**layered, "contention_layer": 1.1})["contention_layer"] == 1.1  # the lesser
-    assert speed.at_contention(HW, layered).kernels.contention_layer == HW.kernels.contention_layer  # none to replace
-    profiled = replace(HW, kernels=replace(HW.kernels, contention_layer=1.05))
-    assert speed.at_contention(profiled, layered).kernels.contention_layer == 1.3
-    assert speed.at_contention(profiled, both).kernels.contention_layer == 1.05  # the run measured none: the profile's
 
     contended = {f"{speed.COLUMN}contention_memory": 3.0, f"{speed.COLUMN}contention_compute": 3.0}
     frame = pd.DataFrame([{**with_probe(row("small", 1.0, dp=2)), **contended},

@@ -429,7 +429,7 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
     least, most = (ROUNDS_MIN, ROUNDS_MAX) if reps >= PATH_ROUNDS_FROM_REPS else (1, 1)
     # the contention probe's rounds back to back, before the others, as the rule for them was chosen (the comment at
     # PATH_ROUNDS_FROM_REPS); rank 0's, None on the others
-    ratios = [contention_round(0.2, device) for _ in range(CONTENTION_ROUNDS if least > 1 else 1)]
+    ratios = [contention_round(0.2, device, layer=True) for _ in range(CONTENTION_ROUNDS if least > 1 else 1)]
     issued_rounds, rounds, moved = [], [], {}
     began = time.monotonic()
     overlap_rounds = []

@@ -24,11 +24,11 @@ than when it was calibrated); :meth:`distperf.cost.kernels.KernelCosts.at_speed`
 by its ratio.
 
 A run of several ranks also measures their contention (:func:`contention_round`, the calibration's own probe in
-shorter blocks): a 192×192 matrix product, a copy of 8 Mi values and (from 6 December 2026) a Transformer layer of a
-generic shape, each timed on rank 0 alone and on every rank at once, ``contention_compute``, ``contention_memory`` and
-``contention_layer`` the ratios together / alone, which the calibration measures for the whole profile
-(``KernelCosts.contention_*``; the layer's only in its sidecar, since its rule failed). :func:`at_contention` prices a
-run with its own: a second variant the same section evaluates.
+shorter blocks): a 192×192 matrix product and a copy of 8 Mi values, each timed on rank 0 alone and on every rank
+at once, ``contention_compute`` and ``contention_memory`` the ratios together / alone, which the calibration
+measures once for the whole profile (``KernelCosts.contention_*``; the calibration also times a layer, kept in its
+sidecar only, since that ratio's rule failed). :func:`at_contention` prices a run with its own: a second variant the
+same section evaluates.
 
 A data-parallel run under DDP also times its own all-reduce (:func:`allreduce_probe`: its gradient's bytes up to the
 bucket cap), before and after its steps; :func:`at_allreduce` prices the run's all-reduce through it, a what-if that
@@ -43,7 +43,6 @@ from ..cost.kernels import PROBE_PARTS as PARTS
 
 MIN_RUN_TIME_S = 0.02  # per part: about 0.07 s per probe with its warm-up calls
 CONTENTION = ("contention_memory", "contention_compute")
-LAYER_CONTENTION = "contention_layer"  # from 6 December 2026 (contention_round)
 ALLREDUCE = ("allreduce_s", "allreduce_bytes", "allreduce_ranks")  # a DDP run's all-reduce probe (allreduce_probe)
 CONTENTION_BLOCK_S = 0.03  # per kind, alone and together: about 0.15 s per reading in a run
 GEMM_N = 256
@@ -147,12 +146,13 @@ LAYER_PROBE = dict(name="contention-probe", layers=1, hidden=192, heads=4, vocab
 LAYER_PROBE_BATCH = 4  # 256 tokens, between the `small` preset's layers at micro-batch 2 and the `medium` one's
 
 
-def contention_round(block_s: float, device=None) -> dict | None:
-    """{memory, compute, layer} on rank 0 (None on the others; collective): a copy of 8 Mi fp32 values, a 192×192
-    matrix product, and a Transformer layer's forward and backward (:class:`distperf.model.Block` of
-    :data:`LAYER_PROBE`, :data:`LAYER_PROBE_BATCH` sequences: every kind of kernel a layer launches, at its working
-    set), each timed for ``block_s`` seconds (median per call) on rank 0 alone while the others wait at a barrier,
-    then on every rank at once (the slowest rank's), and the ratio together / alone, at least 1."""
+def contention_round(block_s: float, device=None, layer: bool = False) -> dict | None:
+    """{memory, compute[, layer]} on rank 0 (None on the others; collective): a copy of 8 Mi fp32 values, a 192×192
+    matrix product and, with ``layer`` (the calibration's rounds), a Transformer layer's forward and backward
+    (:class:`distperf.model.Block` of :data:`LAYER_PROBE`, :data:`LAYER_PROBE_BATCH` sequences: every kind of kernel a
+    layer launches, at its working set), each timed for ``block_s`` seconds (median per call) on rank 0 alone while
+    the others wait at a barrier, then on every rank at once (the slowest rank's), and the ratio together / alone, at
+    least 1."""
     import torch
     import torch.distributed as dist
 
@@ -164,13 +164,15 @@ def contention_round(block_s: float, device=None) -> dict | None:
     rank = dist.get_rank()
     a = torch.randn(192, 192, device=device)
     src, dst = torch.ones(8 << 20, device=device), torch.empty(8 << 20, device=device)
-    spec = ModelSpec(**LAYER_PROBE)
-    torch.manual_seed(0)
-    block = Block(spec).to(device)
-    x = layer_input(spec, LAYER_PROBE_BATCH, device=device).requires_grad_(True)
+    probes = [("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a))]
+    if layer:
+        spec = ModelSpec(**LAYER_PROBE)
+        torch.manual_seed(0)
+        block = Block(spec).to(device)
+        x = layer_input(spec, LAYER_PROBE_BATCH, device=device).requires_grad_(True)
+        probes.append(("layer", lambda: block(x).sum().backward()))
     ratio = {}
-    for name, fn in (("memory", lambda: dst.copy_(src)), ("compute", lambda: torch.mm(a, a)),
-                     ("layer", lambda: block(x).sum().backward())):
+    for name, fn in probes:
         dist.barrier()
         alone = median_time(fn, block_s) if rank == 0 else None  # the other ranks wait in the barrier below
         dist.barrier()
@@ -185,8 +187,7 @@ def combine(first: dict, second: dict) -> dict:
     contention ratios where both hold them (the calibration's rule for its rounds,
     :func:`distperf.measure.rounds.least_contention`)."""
     speed = {k: math.sqrt(first[k] * second[k]) for k in PARTS if k in first and k in second}
-    return {**speed, **{k: min(first[k], second[k]) for k in (*CONTENTION, LAYER_CONTENTION)
-                        if k in first and k in second}}
+    return {**speed, **{k: min(first[k], second[k]) for k in CONTENTION if k in first and k in second}}
 
 
 def median(probes: list[dict]) -> dict:
@@ -228,15 +229,13 @@ def at_speed(hw, run: dict | None):
 
 def at_contention(hw, run: dict | None):
     """``hw`` with the contention ratios of the run whose probe is ``run`` in place of the calibration's
-    (``KernelCosts.contention_compute`` and ``contention_memory``, and ``contention_layer`` where both hold one);
-    ``hw`` itself where the run measured none or ``hw`` has no measured kernels."""
+    (``KernelCosts.contention_compute`` and ``contention_memory``); ``hw`` itself where the run measured none or
+    ``hw`` has no measured kernels."""
     kernels = getattr(hw, "kernels", None)
     if kernels is None or run is None or not all(_positive(run.get(k)) for k in CONTENTION):
         return hw
-    layer = run[LAYER_CONTENTION] if kernels.contention_layer and _positive(run.get(LAYER_CONTENTION)) else \
-        kernels.contention_layer
     return replace(hw, kernels=replace(kernels, contention_memory=run["contention_memory"],
-                                       contention_compute=run["contention_compute"], contention_layer=layer))
+                                       contention_compute=run["contention_compute"]))
 
 
 def _positive(value) -> bool:
@@ -249,8 +248,7 @@ def of_row(row) -> dict | None:
         found = {k: float(row[f"{COLUMN}{k}"]) for k in PARTS}
     except (KeyError, TypeError, ValueError):
         return None
-    for k in (*CONTENTION, LAYER_CONTENTION, *ALLREDUCE):  # runs of several ranks (the layer's and DDP's
-        # all-reduce from 6 December 2026)
+    for k in CONTENTION + ALLREDUCE:  # runs of several ranks (the all-reduce: DDP's, from 6 December 2026)
         try:
             found[k] = float(row[f"{COLUMN}{k}"])
         except (KeyError, TypeError, ValueError):
