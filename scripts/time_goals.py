@@ -33,7 +33,7 @@ import sys
 import pandas as pd
 
 from distperf import results
-from distperf.analysis import goal_floor
+from distperf.analysis import goal_floor, round_drift
 from distperf.analysis import time_breakdown as tb
 from distperf.analysis import time_model as tm
 from distperf.config import ConfigError
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{profile.parent}: {', '.join(tables)}" + (f" (not in this build: {', '.join(missing)})" if missing else ""))
     side = read_sidecar(profile)
     print("Calibration's noisy probes: " + tm.rounds_sentence(side) + ".")
+    print("The path probes from round to round: " + round_drift.sentence(side) + ".")
     print("The two rules: " + tm.rounds_rule_sentence(tables, hw, side) + ".")
     print("The two overlap probes: " + tm.overlap_rule_sentence(tables, hw, side) + ".")
     print("The all-reduce at DDP's bucket: " + tm.bucket_point_rule_sentence(tables, hw, side) + ".")

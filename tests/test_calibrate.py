@@ -74,6 +74,8 @@ def test_quick_calibration_writes_a_profile_that_predict_reads(quick_profile, ca
     rounds = side["conditions"]["rounds"]  # a quick calibration runs one round of the noisy probes
     assert rounds["rounds"] == 1 and len(side["conditions"]["issued_rounds"]) == 1 and not rounds["settled"]
     assert side["conditions"]["issued"] == side["conditions"]["issued_rounds"][0]
+    (began, ended), = rounds["threads"]  # rank 0's threads around the path probes, which leave gloo's behind
+    assert 0 < began < ended
     from distperf.measure.rounds import BUCKET_IN_FIT, ISSUED_LARGEST
 
     largest = {r["collective"]: r["bytes"] for r in side["conditions"]["issued"] if r["bytes"] > 1 << 22}
@@ -176,3 +178,31 @@ def test_the_pipeline_probe_takes_the_mean_over_the_ranks_not_the_largest():
     from dist_harness import spawn
 
     assert spawn(_mean_job, 2, (0.001, 0.004), timeout=60) == [pytest.approx(0.0025)] * 2
+
+
+def test_each_round_of_the_training_conditions_runs_in_fresh_processes(monkeypatch):
+    """A full calibration's rounds: one spawn each, the contention probe's three rounds in the first alone, the
+    profile's paths the rounds' medians; the rounds stop once the watched constants settle."""
+    from distperf.measure import calibrate as cal
+
+    spawns = []
+
+    def fake_spawn(target, ranks, args, timeout, what):
+        n = len(spawns)
+        _, _, _, contention, _ = args("out")
+        spawns.append(contention)
+        issued = [{"collective": "all-reduce", "ranks": 2, "bytes": b, "seconds": 1e-4 + b * 1e-9}
+                  for b in (8, 1 << 20)]
+        return {"issued": issued, "overlap": {"overlap": 0.1 * n}, "paths": {"plain_stack_s": 0.02 + 0.001 * (n % 2)},
+                "contention_rounds": [{"memory": 1.5, "compute": 1.1, "layer": 1.0}] * contention,
+                "compute_between_s": 1e-3, "placement": [{"pinned": False}] * 2, "threads": [4, 100]}
+
+    monkeypatch.setattr(cal, "spawned_ranks", fake_spawn)
+    out = cal.training_conditions(2, (8, 1 << 20), reps=15)
+    assert spawns == [cal.CONTENTION_ROUNDS] + [0] * (len(spawns) - 1) and len(spawns) == cal.ROUNDS_MIN
+    assert out["rounds"]["rounds"] == len(spawns) and out["rounds"]["settled"]
+    assert out["rounds"]["threads"] == [[4, 100]] * len(spawns)
+    assert out["paths"]["plain_stack_s"] == statistics.median(0.02 + 0.001 * (n % 2) for n in range(len(spawns)))
+    assert out["contention"]["overlap"] == pytest.approx(0.1) and out["contention"]["memory"] == 1.5
+    spawns.clear()
+    assert cal.training_conditions(2, (8,), reps=5)["rounds"]["rounds"] == 1 and spawns == [1]  # quick: one round

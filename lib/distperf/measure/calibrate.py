@@ -328,8 +328,10 @@ def spawned_ranks(target, ranks: int, args, timeout: float, what: str):
             return json.load(f)
 
 
-def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
-    """One rank of :func:`training_conditions` (spawned, gloo, one thread); rank 0 writes the results to ``out``."""
+def _conditions_rank(rank: int, world: int, sizes, reps: int, contention_rounds: int, out: str) -> None:
+    """One rank of one round of :func:`training_conditions` (spawned, gloo, one thread): ``contention_rounds`` rounds of
+    the contention probe, back to back, then the issued collectives, the overlap probes and the path probes once; rank
+    0 writes them to ``out`` with the process's threads when the path probes began and ended."""
     import statistics
 
     import torch.distributed as dist
@@ -424,38 +426,16 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
                 "overlap": hidden_share(both, burst, collective),
                 "overlap_1mib": hidden_share(overlapped, base, alone)}
 
-    # rounds of the noisy probes until the constants taken from their medians settle (distperf.measure.rounds);
-    # rank 0 decides, every rank follows (their collectives pair up)
-    least, most = (ROUNDS_MIN, ROUNDS_MAX) if reps >= PATH_ROUNDS_FROM_REPS else (1, 1)
-    # the contention probe's rounds back to back, before the others, as the rule for them was chosen (the comment at
-    # PATH_ROUNDS_FROM_REPS); rank 0's, None on the others
-    ratios = [contention_round(0.2, device, layer=True) for _ in range(CONTENTION_ROUNDS if least > 1 else 1)]
-    issued_rounds, rounds, moved = [], [], {}
-    began = time.monotonic()
-    overlap_rounds = []
-    while True:
-        issued_rounds.append(issued())
-        overlap_rounds.append(overlap_round())
-        rounds.append({name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()})
-        go = [None]
-        if rank == 0:
-            moved = moves(issued_rounds, rounds)
-            go = [another_round(len(rounds), time.monotonic() - began, moved, least, most)]
-        dist.broadcast_object_list(go, src=0)
-        if not go[0]:
-            break
-    contention = {"overlap": statistics.median(r["overlap"] for r in overlap_rounds)}
-    paths = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
+    ratios = [contention_round(0.2, device, layer=True) for _ in range(contention_rounds)]  # rank 0's, else None
+    issued_rows, overlap = issued(), overlap_round()
+    threads = [process_threads()]
+    paths = {name: slowest(seconds, device) for name, seconds in parallel_paths(world, reps).items()}
+    threads.append(process_threads())
     dist.barrier()
     if rank == 0:
-        contention.update(least_contention(ratios))
-        record = {"rounds": len(rounds), "settled": settled(moved), "last_moves": moved, "rule": {
-            "least": least, "most": most, "settled": SETTLED, "budget_s": ROUNDS_BUDGET_S},
-            "seconds": round(time.monotonic() - began, 2)}
         with open(out, "w") as f:
-            json.dump({"issued": median_rows(issued_rounds), "issued_rounds": issued_rounds, "contention": contention,
-                       "compute_between_s": base, "paths": paths, "path_rounds": rounds, "contention_rounds": ratios,
-                       "overlap_rounds": overlap_rounds, "rounds": record, "placement": placement}, f)
+            json.dump({"issued": issued_rows, "overlap": overlap, "paths": paths, "contention_rounds": ratios,
+                       "compute_between_s": base, "placement": placement, "threads": threads}, f)
     dist.destroy_process_group()
 
 
@@ -477,6 +457,14 @@ def _conditions_rank(rank: int, world: int, sizes, reps: int, out: str) -> None:
 # not seen, it did worse: 10.3 % / 26 % against 8.9 % / 24 % (profiled mode 7.2 % / 26 % against 6.0 % / 19 %), and
 # was dropped.
 PATH_ROUNDS_FROM_REPS = 10  # fewer repetitions (a quick calibration): one round
+# Each round runs in fresh processes, as each run does (from 6 December 2026; until then every round ran in the same
+# two ranks). Each probe's trainer builds gloo groups whose threads outlive it (a tcp loop and two run loops each, still
+# running after torch's destroy_process_group of those groups in development), 96 threads per round, and a rank slows
+# as they pile up: on four ten-repeat builds (d91ccc8 to 177e3f8) the plain stack of the path probes took
+# 27 to 43 % longer in the last of 6-7 rounds than in the first, every build rising nearly monotonically, and the
+# tensor + sequence-parallel step of the tiny preset at micro-batch 1 up to 88 % longer, while every run is a fresh
+# process. In development, two ranks timing that plain stack while creating 50 idle gloo groups per round rose from
+# 18.2 to 25.8 ms over 8 rounds (1054 threads); without the groups, 17.2 to 19.9 ms (18.4-20.8 in between).
 # The contention probe keeps its three rounds, back to back: measured inside the rounds of the others (9th and 10th
 # builds), its first round read exactly 1.0 for both ratios in both builds, and the least of seven rounds, 1.0,
 # priced every run as though its ranks did not share the machine (the 10th build's analytical mode: 14.7 % median
@@ -701,10 +689,39 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
     (``contention_rounds``; the profile takes the least: the comment at :data:`PATH_ROUNDS_FROM_REPS` says why), and
     the issued collectives and the paths in rounds until the constants taken from them settle
     (:mod:`distperf.measure.rounds`; ``issued_rounds``, ``path_rounds``: each round; ``rounds``: how many, whether they
-    settled, the last round's moves), the issued times and the paths the rounds' medians. Raises TimeoutError past
-    ``timeout`` plus the rounds' budget."""
-    return spawned_ranks(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, out),
-                         timeout + ROUNDS_BUDGET_S, "the training-conditions benchmark")
+    settled, the last round's moves, and ``threads``: each round's threads on rank 0 when its path probes began and
+    ended), the issued times and the paths the rounds' medians. Each round runs in fresh processes (the comment at
+    :data:`PATH_ROUNDS_FROM_REPS` says why). Raises TimeoutError when a round takes longer than ``timeout``."""
+    import statistics
+
+    least, most = (ROUNDS_MIN, ROUNDS_MAX) if reps >= PATH_ROUNDS_FROM_REPS else (1, 1)
+    rounds, moved, began = [], {}, time.monotonic()
+    while True:  # each round in fresh processes (FRESH_ROUNDS), rounds until the constants settle (rounds module)
+        contention = (CONTENTION_ROUNDS if least > 1 else 1) if not rounds else 0
+        rounds.append(spawned_ranks(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, contention, out),
+                                    timeout, "the training-conditions benchmark"))
+        moved = moves([r["issued"] for r in rounds], [r["paths"] for r in rounds])
+        if not another_round(len(rounds), time.monotonic() - began, moved, least, most):
+            break
+    issued_rounds, path_rounds = [r["issued"] for r in rounds], [r["paths"] for r in rounds]
+    overlap_rounds, ratios = [r["overlap"] for r in rounds], rounds[0]["contention_rounds"]
+    contention = {"overlap": statistics.median(r["overlap"] for r in overlap_rounds), **least_contention(ratios)}
+    record = {"rounds": len(rounds), "settled": settled(moved), "last_moves": moved, "rule": {
+        "least": least, "most": most, "settled": SETTLED, "budget_s": ROUNDS_BUDGET_S},
+        "seconds": round(time.monotonic() - began, 2), "threads": [r["threads"] for r in rounds]}
+    return {"issued": median_rows(issued_rounds), "issued_rounds": issued_rounds, "contention": contention,
+            "compute_between_s": rounds[0]["compute_between_s"],
+            "paths": {name: statistics.median(r[name] for r in path_rounds) for name in path_rounds[0]},
+            "path_rounds": path_rounds, "contention_rounds": ratios, "overlap_rounds": overlap_rounds,
+            "rounds": record, "placement": rounds[0]["placement"]}
+
+
+def process_threads() -> int:
+    """How many threads this process runs (Linux; 0 elsewhere)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 # --- the whole calibration ---------------------------------------------------------------------
