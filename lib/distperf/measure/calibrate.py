@@ -461,7 +461,7 @@ PATH_ROUNDS_FROM_REPS = 10  # fewer repetitions (a quick calibration): one round
 # two ranks). Each probe's trainer builds gloo groups whose threads outlive it (a tcp loop and two run loops each, still
 # running after torch's destroy_process_group of those groups in development), 96 threads per round, and a rank slows
 # as they pile up: on four ten-repeat builds (d91ccc8 to 177e3f8) the plain stack of the path probes took
-# 27 to 43 % longer in the last of 6-7 rounds than in the first, every build rising nearly monotonically, and the
+# 25 to 43 % longer in the last of 6-7 rounds than in the first, every build rising nearly monotonically, and the
 # tensor + sequence-parallel step of the tiny preset at micro-batch 1 up to 88 % longer, while every run is a fresh
 # process. In development, two ranks timing that plain stack while creating 50 idle gloo groups per round rose from
 # 18.2 to 25.8 ms over 8 rounds (1054 threads); without the groups, 17.2 to 19.9 ms (18.4-20.8 in between).
@@ -696,7 +696,7 @@ def training_conditions(ranks: int, sizes, reps: int = 10, timeout: float = 120.
 
     least, most = (ROUNDS_MIN, ROUNDS_MAX) if reps >= PATH_ROUNDS_FROM_REPS else (1, 1)
     rounds, moved, began = [], {}, time.monotonic()
-    while True:  # each round in fresh processes (FRESH_ROUNDS), rounds until the constants settle (rounds module)
+    while True:  # each round in fresh processes, until the constants settle (distperf.measure.rounds)
         contention = (CONTENTION_ROUNDS if least > 1 else 1) if not rounds else 0
         rounds.append(spawned_ranks(_conditions_rank, ranks, lambda out: (ranks, tuple(sizes), reps, contention, out),
                                     timeout, "the training-conditions benchmark"))
