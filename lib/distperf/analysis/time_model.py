@@ -1117,11 +1117,11 @@ def layer_contention_rule(tables: dict, hw, side: dict | None) -> dict | None:
     calibration measured no layer ratio."""
     from ..measure.path_fits import with_path_constants
 
-    ratio = (sidecar_conditions(side).get("contention") or {}).get("layer")
+    conditions = sidecar_conditions(side)
+    ratio = (conditions.get("contention") or {}).get("layer")
     if hw is None or hw.kernels is None or not ratio:
         return None
-    rounds = [r for r in sidecar_conditions(side).get("path_rounds") or [] if r]
-    timed = {name: float(np.median([r[name] for r in rounds if name in r])) for name in rounds[0]} if rounds else None
+    timed = conditions.get("paths")  # the path rounds' median times, as the calibration keeps them
 
     def refitted(variant):
         return with_path_constants(variant, timed, (side or {}).get("ranks") or 2) if timed else variant
