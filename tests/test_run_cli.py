@@ -7,6 +7,7 @@ and hanging ranks ending the run inside its timeout with no process left behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -119,6 +120,10 @@ def test_two_rank_runs_report_json_and_parameters_equal_to_the_single_device_run
         assert probe["gemm_s"] == pytest.approx((probe["before"]["gemm_s"] * probe["after"]["gemm_s"]) ** 0.5)
         for k in contended - ddp:  # two ranks also read their contention: at least 1, the lesser of before and after
             assert probe[k] >= 1 and probe[k] == min(probe["before"][k], probe["after"][k])
+        if contended:  # and keep each rank's reading, of which the probe takes the geometric mean
+            ranks = probe["before"]["ranks"]
+            assert set(ranks) == {"gemm_s", "elementwise_s", "python_s"} and all(len(v) == 2 for v in ranks.values())
+            assert probe["before"]["gemm_s"] == pytest.approx(math.prod(ranks["gemm_s"]) ** 0.5)
     probe = r2["speed_probe"]
     assert probe["allreduce_bytes"] == 4 * sum(p.numel() for p in p1.values()) and probe["allreduce_ranks"] == 2
     before, after = probe["before"]["allreduce_s"], probe["after"]["allreduce_s"]

@@ -7,11 +7,12 @@ keeps the calibration's speed.
 
 On a shared machine the same kernels do not take the same time an hour apart: in the reference build, the second
 calibration's fp32 matrix products took 0.61-0.74 of the first's, 71 minutes later, with nothing else running (a
-virtual machine's host lends its cores unevenly). A calibration measured at one moment then prices a run measured
-at another too slow or too fast, whatever the terms of the model. The probe is a microbenchmark, not a run of the
+virtual machine's host lends its cores unevenly). A calibration measured at one moment then prices a run measured at
+another too slow or too fast, whatever the terms of the model. The probe is a microbenchmark, not a run of the
 configuration: the same three kernels at the same shapes, whatever the configuration, each a median over blocks of
 calls (:func:`distperf.measure.kernels.median_time`), one process alone (a run's ranks in turn, each while the
-others wait; the slowest rank's time per part), under ``torch.no_grad`` except the module calls:
+others wait; the geometric mean of the ranks' times per part: :func:`probe_alone` says why), under ``torch.no_grad``
+except the module calls:
 
 - ``gemm_s``: ``F.linear`` of a 1×256×256 input by a 256×256 weight with bias (fp32): matrix products and the
   fused attention scale with it;
@@ -68,8 +69,19 @@ def probe(min_run_time: float = MIN_RUN_TIME_S) -> dict:
 
 def probe_alone(distributed: bool) -> dict:
     """:func:`probe` on every rank in turn, each alone while the others wait at a barrier (collective when
-    ``distributed``), and per part the slowest rank's time, which a synchronous step waits for; when distributed,
-    also the ranks' :func:`contention_round` (``contention_memory``, ``contention_compute``)."""
+    ``distributed``), and per part the geometric mean of the ranks' times (each rank's readings in ``ranks``: one
+    list per part, by rank); when distributed, also the ranks' :func:`contention_round` (``contention_memory``,
+    ``contention_compute``).
+
+    Why not the slowest rank's time, as until 7 December 2026: each reading is a median over blocks of calls and
+    still moves by ±10-30 % from one reading to the next, and the larger of two such readings is larger than either
+    rank's typical one, while the calibration's probe is one process's. In development (two spawned ranks, pinned,
+    sixteen readings each, against sixteen of one process just before), the slowest rank's reading was a median 1.19,
+    1.25 and 1.53 times the single process's (matrix product, GELU, module calls), each rank's own 1.07 to 1.11; on
+    the ten-repeat build at 8f43884 the runs of several ranks read 1.16-1.20, 1.31-1.43 and 1.46-1.78 times the
+    calibration, the one-device runs 1.03, 1.17 and 1.27, and the analytical mode at the runs' speed over-predicted
+    every strategy of several ranks (median signed error +6 % to +38 %; at the calibration's speed −15 % to +2 %).
+    What a synchronous step loses to its slower rank the model prices apart (the waits for the slowest rank)."""
     if not distributed:
         return probe()
     import torch.distributed as dist
@@ -81,7 +93,8 @@ def probe_alone(distributed: bool) -> dict:
         dist.barrier()
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
-    found = {k: max(p[k] for p in every) for k in PARTS}
+    found = {k: math.prod(p[k] for p in every) ** (1 / len(every)) for k in PARTS}
+    found["ranks"] = {k: [p[k] for p in every] for k in PARTS}
     shared = [contention_round(CONTENTION_BLOCK_S)]
     dist.broadcast_object_list(shared, src=0)
     return {**found, **{f"contention_{k}": v for k, v in shared[0].items()}}
