@@ -40,3 +40,17 @@ def test_fewer_than_three_rounds_cannot_tell():
     assert round_drift.drift(side([[0.01, 0.02, 0.04]] * 2)) is None
     assert round_drift.drift(None) is None
     assert "fewer than three rounds" in round_drift.sentence(None)
+
+
+def test_chance_is_the_share_of_the_rounds_orders_that_reach_the_median_found():
+    three = [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]  # rising: only the order measured reaches +1
+    assert round_drift.median_correlation(three) == pytest.approx(1.0)
+    assert round_drift.chance(three) == pytest.approx(1 / 6)
+    falling = [[3.0, 2.0, 1.0], [3.0, 2.0, 1.0]]  # every order reaches -1
+    assert round_drift.chance(falling) == pytest.approx(1.0)
+    rising = [[float(r) for r in range(6)]] * 3
+    assert round_drift.chance(rising) == pytest.approx(1 / 720)
+    many = [[float(r) for r in range(9)]] * 3  # sampled orders, the measured one among them
+    assert 1 / round_drift.ORDERS <= round_drift.chance(many) < 0.01
+    said = round_drift.sentence(side([[0.010, 0.02, 0.04], [0.011, 0.021, 0.041], [0.012, 0.022, 0.042]]))
+    assert "the rounds drift" in said and said.endswith("17% of the orders of these 3 rounds reach that median by chance")

@@ -12,9 +12,18 @@ The rule, declared with that change (before the build that judges it): the round
 rank correlation is below :data:`DRIFT_BELOW`. With no drift it scatters about 0 (each probe's correlation over six
 rounds has a standard deviation of about 0.45, the median of 14 independent ones about 0.15; the probes of a round share
 its moment, so somewhat more); 0.3 lies two of those above 0 and below every one of the four builds.
+
+That reasoning holds for six rounds, not for three, which a calibration runs when each round takes long (on the
+build at 8f43884, 56 s a round): over three rounds a probe's correlation is ±0.5 or ±1, and a round that happens to
+be slow moves every probe at once. :func:`chance` says how often the rounds' order alone reaches the median found:
+the share of the orders of the rounds (each order applied to every probe at once, since the probes of a round share
+its moment) whose median correlation is at least as high. It is reported beside the rule's verdict, which stays as
+declared.
 """
 from __future__ import annotations
 
+import itertools
+import random
 import statistics
 
 DRIFT_BELOW = 0.3
@@ -32,25 +41,51 @@ def rank_correlation(values: list[float]) -> float:
     return sum((i - middle) * (r - middle) for i, r in enumerate(ranks)) / sum((i - middle) ** 2 for i in range(n))
 
 
+EXACT_ORDERS_UP_TO = 7  # rounds: every order (5040); above, ORDERS random ones
+ORDERS = 5000
+
+
+def median_correlation(series: list[list[float]]) -> float:
+    """The median over ``series`` (one list of times per probe, by round) of :func:`rank_correlation`."""
+    return statistics.median(rank_correlation(values) for values in series)
+
+
+def chance(series: list[list[float]]) -> float:
+    """The share of the orders of the rounds, each applied to every probe's times at once, whose
+    :func:`median_correlation` is at least that of ``series`` as measured: every order up to
+    :data:`EXACT_ORDERS_UP_TO` rounds, else :data:`ORDERS` random ones (seed 0) with the measured one among them."""
+    n = len(series[0])
+    found = median_correlation(series)
+    if n <= EXACT_ORDERS_UP_TO:
+        orders = list(itertools.permutations(range(n)))
+    else:
+        generator = random.Random(0)
+        orders = [tuple(range(n))] + [tuple(generator.sample(range(n), n)) for _ in range(ORDERS - 1)]
+    reached = sum(median_correlation([[values[i] for i in order] for values in series]) >= found - 1e-12
+                  for order in orders)
+    return reached / len(orders)
+
+
 def drift(side: dict | None) -> dict | None:
     """{rounds, probes, correlation: the median over the timed path probes (``*_s`` but not ``*_wait_s``) of
     :func:`rank_correlation` of their rounds' times, change: the median of (last round / first − 1), plain: the plain
-    stack's, threads: each round's threads on rank 0 when its path probes began (None before 6 December 2026), drifts:
-    the rule's verdict}; None with fewer than three rounds."""
+    stack's, threads: each round's threads on rank 0 when its path probes began (None before 6 December 2026), chance:
+    :func:`chance`, drifts: the rule's verdict}; None with fewer than three rounds."""
     conditions = (side or {}).get("conditions") or {}
     rounds = conditions.get("path_rounds") or []
     if len(rounds) < 3:
         return None
     probes = [name for name in rounds[0] if name.endswith("_s") and not name.endswith("_wait_s")
               and all(r.get(name) for r in rounds)]
-    correlation = statistics.median(rank_correlation([r[name] for r in rounds]) for name in probes)
+    series = [[r[name] for r in rounds] for name in probes]
+    correlation = median_correlation(series)
     threads = (conditions.get("rounds") or {}).get("threads")
     return {"rounds": len(rounds), "probes": len(probes), "correlation": correlation,
             "change": statistics.median(rounds[-1][name] / rounds[0][name] - 1 for name in probes),
             "plain": (rounds[-1]["plain_stack_s"] / rounds[0]["plain_stack_s"] - 1
                       if "plain_stack_s" in probes else None),
             "threads": [began for began, _ in threads] if threads else None,
-            "drifts": correlation >= DRIFT_BELOW}
+            "chance": chance(series), "drifts": correlation >= DRIFT_BELOW}
 
 
 def sentence(side: dict | None) -> str:
@@ -65,4 +100,5 @@ def sentence(side: dict | None) -> str:
     verdict = ("the rounds drift: at or above" if found["drifts"] else "the rounds do not drift: below")
     return (f"over {found['rounds']} rounds, {where}, the median over {found['probes']} path probes of the rank "
             f"correlation between a probe's time and its round is {found['correlation']:+.2f}, and the last round "
-            f"took a median {found['change']:+.0%} over the first{plain}: {verdict} the rule's {DRIFT_BELOW}")
+            f"took a median {found['change']:+.0%} over the first{plain}: {verdict} the rule's {DRIFT_BELOW}; "
+            f"{found['chance']:.0%} of the orders of these {found['rounds']} rounds reach that median by chance")
