@@ -11,6 +11,7 @@ from distperf.analysis import time_model as tm
 from distperf.cost import kernels as kn
 from distperf.cost.kernels import STEP_FIT_MODEL
 from distperf.measure import speed
+from distperf.runner.sweep import flatten
 from dist_harness import spawn
 from test_analysis_time_model import HW, row
 from test_kernels import synthetic_costs
@@ -95,10 +96,12 @@ def test_the_analytical_mode_prices_each_run_at_its_own_speed_and_its_calibrated
 
 def test_repeats_fold_the_probe_by_its_median():
     base = row("small", 1.0, dp=2)
-    table = pd.DataFrame([{**with_probe(base, gemm=g), "repeat": i} for i, g in enumerate((1.0, 3.0, 2.0))])
+    ranks = flatten({"speed_probe": {"before": {"ranks": {k: [1.0, 2.0] for k in speed.PARTS}}}})  # JSON text
+    table = pd.DataFrame([{**with_probe(base, gemm=g), **ranks, "repeat": i} for i, g in enumerate((1.0, 3.0, 2.0))])
     folded = repeats.fold(table)
     assert len(folded) == 1
     assert folded[f"{speed.COLUMN}gemm_s"].iloc[0] == pytest.approx(2 * PROBE["gemm_s"])
+    assert folded[f"{speed.COLUMN}before.ranks.gemm_s"].iloc[0] == "[1.0, 2.0]"  # each rank's: repeat 0's
 
 
 def test_the_speed_sentence_reads_the_probes_or_says_there_are_none():

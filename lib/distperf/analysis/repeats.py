@@ -184,15 +184,15 @@ def by_configuration(frame, level: float = LEVEL):
 
 def fold(frame, level: float = LEVEL):
     """One row per configuration of a sweep table's ``ok`` rows (a table without repeats comes back as it is): the row
-    of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median over
-    the repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs, ``tokens_per_s`` and
-    the signed errors of the run's own predictions (``error.iteration_time_s.*``) for that median, the time-breakdown
-    step's classes over the repeats that took it (:func:`_fold_breakdown`), the speed probe's columns
-    (``speed_probe.*``) their medians over the repeats, the profiled mode's numbers (``prediction.profiled.*``: the
-    part times and the iteration composed from them) their medians over the repeats whose own ranks timed the parts
-    (where repeat 0's did; older tables timed them in repeat 0 only), and the columns of :func:`by_configuration`'s
-    interval beside them: ``repeats``, ``iteration_time_s.ci_low``, ``iteration_time_s.ci_high``,
-    ``iteration_time_s.ci_half_rel``."""
+    of its first repeat (repeat 0 holds memory and communication), with ``iteration_time_s.median`` the median over the
+    repeats of their medians, ``iteration_time_s.p10`` and ``.p90`` the medians of theirs, ``tokens_per_s`` and the
+    signed errors of the run's own predictions (``error.iteration_time_s.*``) for that median, the time-breakdown step's
+    classes over the repeats that took it (:func:`_fold_breakdown`), the speed probe's columns (``speed_probe.*``) their
+    medians over the repeats (each rank's readings, ``*.ranks.*``, repeat 0's), the profiled mode's numbers
+    (``prediction.profiled.*``: the part times and the iteration composed from them) their medians over the repeats
+    whose own ranks timed the parts (where repeat 0's did; older tables timed them in repeat 0 only), and the columns of
+    :func:`by_configuration`'s interval beside them: ``repeats``, ``iteration_time_s.ci_low``,
+    ``iteration_time_s.ci_high``, ``iteration_time_s.ci_half_rel``."""
     runs = frame[frame["status"] == "ok"] if "status" in frame else frame
     if "repeat" not in runs or "config_hash" not in runs or TIME not in runs:
         return runs.copy()
@@ -209,7 +209,7 @@ def fold(frame, level: float = LEVEL):
         if column in first:
             first[column] = (1 + first[column].astype(float)) * own / median - 1
     first[TIME] = median
-    probes = [c for c in runs.columns if c.startswith(PROBE)]
+    probes = [c for c in runs.columns if c.startswith(PROBE) and ".ranks." not in c]  # each rank's: repeat 0's
     if probes:  # the machine's speed during the repeats, beside the median of their times
         per_probe = runs[keys + probes].astype({c: float for c in probes}).groupby(keys, dropna=False)[probes].median()
         first[probes] = per_probe.reindex(index).to_numpy()
