@@ -74,14 +74,16 @@ def probe_alone(distributed: bool) -> dict:
     ``contention_compute``).
 
     Why not the slowest rank's time, as until 7 December 2026: each reading is a median over blocks of calls and
-    still moves by ±10-30 % from one reading to the next, and the larger of two such readings is larger than either
-    rank's typical one, while the calibration's probe is one process's. In development (two spawned ranks, pinned,
+    still moves from one reading to the next, and the larger of two such readings is larger than either rank's
+    typical one, while the calibration's probe is one process's. In development (two spawned ranks, pinned,
     sixteen readings each, against sixteen of one process just before), the slowest rank's reading was a median 1.19,
     1.25 and 1.53 times the single process's (matrix product, GELU, module calls), each rank's own 1.07 to 1.11; on
     the ten-repeat build at 8f43884 the runs of several ranks read 1.16-1.20, 1.31-1.43 and 1.46-1.78 times the
     calibration, the one-device runs 1.03, 1.17 and 1.27, and the analytical mode at the runs' speed over-predicted
     every strategy of several ranks (median signed error +6 % to +38 %; at the calibration's speed −15 % to +2 %).
-    What a synchronous step loses to its slower rank the model prices apart (the waits for the slowest rank)."""
+    On the next build, at a222e8a, the first with the mean, the mode's median |error| was 3.9 % (18.6 % at the
+    calibration's speed). What a synchronous step loses to its slower rank is another question, which the waits for
+    the slowest rank answer by their own rule (:mod:`distperf.analysis.time_model`)."""
     if not distributed:
         return probe()
     import torch.distributed as dist
