@@ -942,3 +942,45 @@ def test_the_receive_stall_adds_to_each_received_message_of_a_pipeline_only():
             assert after == before
     assert "p2p_stall_s" not in stalled.kernels.to_dict()
     assert stalled.kernels.without("contention").p2p_stall_s == 0.0
+
+
+def _alternating(microbatches: int, late: float, early: float) -> list[dict]:
+    """Three repeats of a two-rank data-parallel `small` run (``microbatches`` per rank) whose two breakdown steps,
+    each as long as its timed iteration, end on different ranks: the late rank communicates ``late`` times the m = 1
+    run's iteration, the early one ``early`` times it; on the whole, both ranks communicate their mean."""
+    base = row("small", 1.0, dp=2, microbatches=microbatches)
+    unit, window = row("small", 1.0, dp=2, microbatches=1)["iteration_time_s.median"], base["iteration_time_s.median"]
+    late, early = late * unit, early * unit
+    mean = (late + early) / 2
+    return [{**base, "repeat": i, "measured_steps.breakdown_waits": True, "time_breakdown_s.window": window,
+             "time_breakdown_s.communication": mean, "time_breakdown_s.per_rank.communication": json.dumps([mean] * 2),
+             "time_breakdown_s.per_rank.window": json.dumps([window] * 2),
+             "time_breakdown_s.per_step.communication": json.dumps([[late, early], [early, late]]),
+             "time_breakdown_s.per_step.window": json.dumps([[window] * 2] * 2),
+             "memory_bytes.per_rank.pipeline_rank": "[0, 0]"} for i in range(3)]
+
+
+@pytest.mark.parametrize("nearer", [True, False])
+def test_the_rank_that_ends_the_iteration_is_found_step_by_step_and_judged_by_its_rule(nearer):
+    # m = 1: the late rank communicates 0.2 of the iteration, the early one 0.6; m = 4: the late one the same seconds
+    # (the same collective: the step-by-step reading lies nearer) or both 0.4 (it does not: 2 times the m = 1 run's
+    # step-by-step reading, against 1 time read once per run)
+    more = _alternating(4, 0.2, 0.9) if nearer else _alternating(4, 0.4, 0.4)
+    tables_ = {"pp_vs_dp": pd.DataFrame(_alternating(1, 0.2, 0.6) + more)}
+    unit = tables_["pp_vs_dp"].groupby("config.layout.microbatches")["iteration_time_s.median"].first()[1]
+    found = tm.exposed_errors(tables_, HW).set_index("microbatches")
+    assert found.measured_s[1] == pytest.approx(0.2 * unit) == pytest.approx(found.ending_s[1])
+    assert found.ending_run_s[1] == pytest.approx(0.4 * unit)  # found once: both ranks' mean
+    assert found.error_ending_run[1] == pytest.approx(found.predicted_s[1] / (0.4 * unit) - 1)
+    once = tm.exposed_errors(tables_, HW, step_ending=False).set_index("microbatches")
+    assert once.measured_s[1] == pytest.approx(0.4 * unit)
+    rule = tm.step_ending_rule(tables_, tm.exposed_errors(tables_, HW))
+    assert rule["configurations"] == 2 and rule["pairs"] == 1 and rule["stands"] == nearer
+    assert rule["changed"] == pytest.approx(0.5 if nearer else 0.25)  # a tie goes to the later rank, every step
+    assert rule["step"]["ratio"] == pytest.approx(1.0 if nearer else 2.0)
+    assert rule["run"]["ratio"] == pytest.approx(0.55 / 0.4 if nearer else 1.0)
+    sentence = tm.step_ending_rule_sentence(tables_, tm.exposed_errors(tables_, HW))
+    assert ("step by step stands" if nearer else "step by step does not stand") in sentence
+    older = {name: t.drop(columns=[c for c in t if ".per_step." in c]) for name, t in tables_.items()}
+    assert tm.step_ending_rule(older, tm.exposed_errors(older, HW)) is None
+    assert tm.exposed_errors(older, HW).set_index("microbatches").measured_s[1] == pytest.approx(0.4 * unit)

@@ -274,23 +274,47 @@ def _breakdown_share(row) -> float:
     return float(seen) / float(window) if ok else np.nan
 
 
-def _ending_share(row, stage: int, first_step: bool = False) -> float:
+def _ending_share(row, stage: int, first_step: bool = False, by_step: bool = False) -> float:
     """The share of its breakdown step that the rank which ends the iteration spent communicating: of the ranks at
     pipeline rank ``stage`` (the model's ``slowest_stage``; every rank without a pipeline), the one whose own work (its
     window less its communication) took longest, the one its stage's other ranks wait for; NaN without a per-rank
     breakdown. The breakdown is the run's (its steps' mean), or with ``first_step`` its first step's alone (NaN in a
-    table measured before its runs kept their steps: :mod:`distperf.measure.steps`)."""
+    table measured before its runs kept their steps: :mod:`distperf.measure.steps`). With ``by_step``, that rank is
+    found step by step (:func:`_step_endings`) and the share is their communication over their windows, summed over the
+    steps (the run's reading where it kept no steps)."""
+    if first_step or by_step:
+        found = _step_endings(row, stage)
+        if found:
+            held = found[:1] if first_step else found
+            return sum(c for _, c, _ in held) / sum(w for _, _, w in held)
+        if first_step:
+            return np.nan
     stages = rows.json_cell(row.get("memory_bytes.per_rank.pipeline_rank")) or []
-    if first_step:
-        comm, windows = ([steps[0] if isinstance(steps, list) and steps else None for steps in
-                          rows.json_cell(row.get(STEPS + c)) or []] for c in ("communication", "window"))
-    else:
-        comm, windows = (rows.json_cell(row.get(c)) or [] for c in (
-            "time_breakdown_s.per_rank.communication", "time_breakdown_s.per_rank.window"))
+    comm, windows = (rows.json_cell(row.get(c)) or [] for c in (
+        "time_breakdown_s.per_rank.communication", "time_breakdown_s.per_rank.window"))
     pairs = list(zip(comm, windows))
     held = [(w - c, c / w) for i, (c, w) in enumerate(pairs)
             if w and (len(stages) != len(pairs) or stages[i] == stage)]
     return max(held)[1] if held else np.nan
+
+
+def _step_endings(row, stage: int) -> list[tuple[int, float, float]]:
+    """Per breakdown step of ``row`` (its ``per_step`` lists: :mod:`distperf.measure.steps`), in order, (rank,
+    communication, window) of the rank at pipeline rank ``stage`` whose own work took longest in that step; empty
+    where the run kept no steps."""
+    stages = rows.json_cell(row.get("memory_bytes.per_rank.pipeline_rank")) or []
+    comm, windows = (rows.json_cell(row.get(STEPS + c)) or [] for c in ("communication", "window"))
+    ranks = [i for i, (c, w) in enumerate(zip(comm, windows)) if isinstance(c, list) and isinstance(w, list)
+             and len(c) == len(w) and (len(stages) != len(comm) or stages[i] == stage)]
+    if not ranks:
+        return []
+    out = []
+    for k in range(min(len(comm[i]) for i in ranks)):
+        held = [(windows[i][k] - comm[i][k], i) for i in ranks if windows[i][k]]
+        if held:
+            i = max(held)[1]
+            out.append((i, comm[i][k], windows[i][k]))
+    return out
 
 
 def _clock_s(row, stage: int) -> float:
@@ -325,6 +349,13 @@ PIPELINE_SPLIT = True
 # the first; a perfect model meets the goal in 42 % of simulated builds against 1 %)
 ALL_BREAKDOWN_STEPS = True
 
+# whether the exposed communication's goal finds the rank that ends the iteration step by step, where several ranks
+# share the stage that ends it (data and tensor parallelism), instead of once over the run's steps (until 7 December
+# 2026): ranks joined by a collective take turns at being late, and the early one's waiting for the late one, counted
+# whenever the rank read once over the steps was early, is lateness, not the collective (_step_endings). Declared on
+# 7 December 2026 with the rule that judges it on the next ten-repeat build (step_ending_rule)
+STEP_ENDING = True
+
 # whether the exposed communication's goal reads a pipeline on the wait clock (its timed steps' sends, receives and
 # waits, no profiler: distperf.measure.wait_clock) instead of its breakdown steps: the rule of 6 December 2026
 # (wait_clock_rule), declared before the ten-repeat build that judged it, at afd1f12, where it did not stand (the
@@ -334,7 +365,8 @@ WAIT_CLOCK = False
 
 
 def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held_out_only: bool = True,
-                   all_steps: bool = ALL_BREAKDOWN_STEPS, wait_clock: bool = WAIT_CLOCK) -> pd.DataFrame:
+                   all_steps: bool = ALL_BREAKDOWN_STEPS, wait_clock: bool = WAIT_CLOCK,
+                   step_ending: bool = STEP_ENDING) -> pd.DataFrame:
     """Per held-out configuration that uses one parallelism (dp, tp or pp) and whose measured exposed communication of
     that kind exceeds :data:`EXPOSED_SHARE` of the iteration: ``experiment``, ``strategy``, ``model``, ``kind``,
     ``instrument``, ``measured_s``, ``predicted_s`` (the analytical mode's exposed communication, plus the bubble for a
@@ -372,13 +404,18 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
     and waits, the median over the repeats), against ``clock_predicted_s`` (as ``predicted_s``, but with 2BW's own
     bubble: its timed steps do not flush), ``error_clock`` between them; with ``wait_clock`` (:data:`WAIT_CLOCK`) it is
     the goal's instrument where a run kept it (``instrument`` "wait clock"; ``steps_stage`` and ``steps_predicted_s``
-    keep the stage and the prediction the breakdown steps are read with)."""
+    keep the stage and the prediction the breakdown steps are read with).
+    With ``step_ending`` (:data:`STEP_ENDING`), a configuration whose ending stage holds several ranks (``shared``) is
+    measured on the breakdown step as the median over its repeats of each one's reading with the ending rank found step
+    by step (:func:`exposed_repeats`), and judged only where that exceeds :data:`EXPOSED_SHARE` of its iteration
+    (``iteration_s``); ``ending_run_s`` keeps the reading with the rank found once, over the repeats' per-rank medians
+    (the rule until 7 December 2026), and ``error_ending_run`` the model's error against it."""
     frame = _frame(tables)
     columns = ["experiment", "config_hash", "stage", "strategy", "model", "kind", "instrument", "measured_s",
                "predicted_s", "tracked_s", "breakdown_s", "ending_s", "tracked_stretch", "breakdown_stretch",
                "schedule", "microbatches", "chunks", "clock_s", "clock_stage", "clock_predicted_s", "steps_stage",
-               "steps_predicted_s"]
-    errors_ = ["error", "error_tracked", "error_breakdown", "error_ending", "error_clock"]
+               "steps_predicted_s", "shared", "ending_run_s", "iteration_s"]
+    errors_ = ["error", "error_tracked", "error_breakdown", "error_ending", "error_ending_run", "error_clock"]
     if hw is None or not len(frame):
         return pd.DataFrame(columns=columns + errors_)
     degrees = frame[[f"config.layout.{d}" for d in KIND_OF]].astype(int)
@@ -433,31 +470,51 @@ def exposed_errors(tables: dict, hw, pipeline_split: bool = PIPELINE_SPLIT, held
                     "ending_s": ending if waits else np.nan, "tracked_stretch": _tracked_window(r) / iteration,
                     "breakdown_stretch": float(window) / iteration if window is not None else np.nan,
                     "schedule": r.get("config.layout.schedule"), "microbatches": r.get("config.layout.microbatches"),
-                    "chunks": r.get("config.layout.chunks")})
+                    "chunks": r.get("config.layout.chunks"), "shared": _stage_ranks(r) > 1,
+                    "ending_run_s": ending if waits else np.nan, "iteration_s": iteration})
     table = pd.DataFrame(out, columns=columns)
+    if step_ending and all_steps and len(table):
+        judged = ((table.instrument == "breakdown step") & table.shared.astype(bool)).to_numpy().copy()
+        found = _repeat_medians(exposed_repeats(tables, table[judged], by_step=True), table)
+        judged &= ~np.isnan(found)
+        table.loc[judged, "measured_s"] = table.loc[judged, "ending_s"] = found[judged]
+        table = table[table.measured_s > EXPOSED_SHARE * table.iteration_s].reset_index(drop=True)
     if not all_steps and len(table):
-        firsts = exposed_repeats(tables, table, first_step=True).groupby(["experiment", "config_hash"]).measured_s
-        found = firsts.median().reindex(pd.MultiIndex.from_arrays([table.experiment, table.config_hash])).to_numpy()
+        found = _repeat_medians(exposed_repeats(tables, table, first_step=True), table)
         judged = (table.instrument == "breakdown step").to_numpy() & ~np.isnan(found.astype(float))
         if judged.any():
             table.loc[judged, "measured_s"] = table.loc[judged, "ending_s"] = found[judged]
-    for error, against in zip(errors_[:4], ("measured_s", "tracked_s", "breakdown_s", "ending_s")):
+    for error, against in zip(errors_[:5], ("measured_s", "tracked_s", "breakdown_s", "ending_s", "ending_run_s")):
         table[error] = signed_error(table.predicted_s, table[against]) if len(table) else pd.Series(dtype=float)
     table["error_clock"] = signed_error(table.clock_predicted_s, table.clock_s) if len(table) else \
         pd.Series(dtype=float)
     return (held_out(table) if held_out_only else table).reset_index(drop=True)
 
 
-def exposed_repeats(tables: dict, exposed: pd.DataFrame, first_step: bool = False) -> pd.DataFrame:
+def _stage_ranks(row) -> int:
+    """How many ranks of ``row``'s run share each pipeline stage: its data- times its tensor-parallel degree."""
+    return int(row["config.layout.dp"]) * int(row["config.layout.tp"])
+
+
+def _repeat_medians(found: pd.DataFrame, table: pd.DataFrame) -> np.ndarray:
+    """The median over the repeats ``found`` (rows of :func:`exposed_repeats`) of each configuration of ``table``, in
+    its order (NaN: none)."""
+    medians = found.groupby(["experiment", "config_hash"]).measured_s.median()
+    return medians.reindex(pd.MultiIndex.from_arrays([table.experiment, table.config_hash])).to_numpy(dtype=float)
+
+
+def exposed_repeats(tables: dict, exposed: pd.DataFrame, first_step: bool = False,
+                    by_step: bool = STEP_ENDING) -> pd.DataFrame:
     """Per repeat that broke its step down, of each configuration of ``exposed`` (:func:`exposed_errors`) that the
     breakdown step judges: ``experiment``, ``config_hash``, ``strategy`` and ``measured_s``, the share of that repeat's
     breakdown step which the rank ending the iteration spent communicating (:func:`_ending_share` at the table's
     ``stage``, each rank's stage from the configuration's first repeat, which measured memory; with ``first_step``,
-    of its first breakdown step alone), times the repeat's own iteration: the exposed communication's measurements one
-    run at a time, for :func:`distperf.analysis.goal_floor.floor_table`."""
+    of its first breakdown step alone; with ``by_step``, :data:`STEP_ENDING`, the ending rank found step by step), times
+    the repeat's own iteration: the exposed communication's measurements one run at a time, for
+    :func:`distperf.analysis.goal_floor.floor_table`."""
     judged = exposed[exposed.instrument == "breakdown step"] if len(exposed) else exposed
     return _run_by_run(tables, judged, "time_breakdown_s.window", lambda run, r: _ending_share(
-        run, r.stage, first_step) * float(run["iteration_time_s.median"]))
+        run, r.stage, first_step, by_step) * float(run["iteration_time_s.median"]))
 
 
 def _run_by_run(tables: dict, judged: pd.DataFrame, column: str, read) -> pd.DataFrame:
@@ -1468,6 +1525,85 @@ def breakdown_steps_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
             f"communication moves by a median relative standard deviation of {_told(rule['all'])}, read over each "
             f"run's breakdown steps, and of {_told(rule['first'])}, read on each run's first step alone: all the "
             "steps " + ("stand: a lower spread" if rule["stands"] else "do not stand: no lower spread"))
+
+
+def step_ending_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
+    """The rule declared on 7 December 2026, before the ten-repeat build that judges it: the exposed communication's
+    goal finds the rank that ends the iteration step by step (:data:`STEP_ENDING`) if, over the pairs of held-out
+    data-parallel configurations the breakdown step judges that differ only in their microbatches (same experiment
+    and model), the reading at more microbatches lies nearer the one at fewer that way than read once over the run's
+    steps: a lower median |ln(more / fewer)|, each configuration's reading the median over its repeats
+    (:func:`exposed_repeats`). DDP accumulates without synchronising and then all-reduces the same bucket once, so
+    both configurations end their iteration on the same collective; what grows with the microbatches is how far the
+    ranks drift apart before it. It reads only the instrument, not the model. Returns ``{"configurations", "pairs",
+    "changed", "stands", "step", "run"}``: over the held-out configurations whose ending stage holds several ranks,
+    ``changed`` the share of their repeats' breakdown steps in which the rank ending the step is not the run's, and
+    per reading ``ratio`` (the median over the pairs of more over fewer), ``log`` (the median |ln|), ``rsd``,
+    ``median`` and ``largest`` (:func:`_spread`); None where no such configuration kept its steps."""
+    if not len(exposed):
+        return None
+    judged = exposed[(exposed.instrument == "breakdown step") & exposed.shared.astype(bool)]
+    keys = ["experiment", "config_hash"]
+    runs = {variant: exposed_repeats(tables, judged, by_step=variant == "step") for variant in ("step", "run")}
+    stepped = _run_by_run(tables, judged, "time_breakdown_s.window", lambda run, r: _changed_share(run, r.stage))
+    if not len(stepped) or not len(runs["step"]):
+        return None
+    predicted = judged.set_index(keys).predicted_s
+    out = {"configurations": int(stepped[keys].drop_duplicates().shape[0]),
+           "changed": float(stepped.measured_s.mean())}
+    medians = {}
+    for variant, found in runs.items():
+        out[variant], medians[variant] = _spread(found, predicted)
+    dp = judged[judged.kind == "data_parallel"]
+    pairs = []
+    for _, group in dp.groupby(["experiment", "model"]):
+        fewest = group.loc[group.microbatches.astype(int).idxmin()]
+        pairs += [((fewest.experiment, fewest.config_hash), (r.experiment, r.config_hash)) for r in group.itertuples()
+                  if int(r.microbatches) > int(fewest.microbatches)]
+    out["pairs"] = len(pairs)
+    for variant in runs:
+        ratios = pd.Series([medians[variant].get(more, np.nan) / medians[variant].get(fewer, np.nan)
+                            for fewer, more in pairs], dtype=float).dropna()
+        out[variant].update(ratio=float(ratios.median()) if len(ratios) else np.nan,
+                            log=float(np.log(ratios).abs().median()) if len(ratios) else np.nan)
+    out["stands"] = bool(out["step"]["log"] < out["run"]["log"])
+    return out
+
+
+def _changed_share(row, stage: int) -> float:
+    """The share of ``row``'s breakdown steps in which the rank that ends the step (:func:`_step_endings`) is not the
+    one that ends the run's mean step (:func:`_ending_share`'s); NaN where it kept no steps."""
+    found = _step_endings(row, stage)
+    stages = rows.json_cell(row.get("memory_bytes.per_rank.pipeline_rank")) or []
+    comm, windows = (rows.json_cell(row.get(c)) or [] for c in (
+        "time_breakdown_s.per_rank.communication", "time_breakdown_s.per_rank.window"))
+    held = [(w - c, i) for i, (c, w) in enumerate(zip(comm, windows))
+            if w and (len(stages) != len(comm) or stages[i] == stage)]
+    if not found or not held:
+        return np.nan
+    whole = max(held)[1]
+    return sum(i != whole for i, _, _ in found) / len(found)
+
+
+def step_ending_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
+    """:func:`step_ending_rule` in words."""
+    rule = step_ending_rule(tables, exposed)
+    if rule is None:
+        return ("no held-out configuration whose ending stage holds several ranks kept its breakdown steps one by one "
+                "(tables measured before 6 December 2026)")
+    step, run = rule["step"], rule["run"]
+    pairs = (f"over the {rule['pairs']} {'pair' if rule['pairs'] == 1 else 'pairs'} of data-parallel configurations "
+             f"that differ only in their microbatches "
+             f"(one all-reduce of the same bucket ends both), the reading at more microbatches is a median "
+             f"{step['ratio']:.2f} times the one at fewer step by step and {run['ratio']:.2f} times once per run"
+             if rule["pairs"] else "no pair of data-parallel configurations differs only in its microbatches")
+    verdict = ("finding it step by step stands: the pairs' readings lie nearer each other" if rule["stands"] else
+               "finding it step by step does not stand: the pairs' readings lie no nearer each other")
+    return (f"over the {rule['configurations']} configurations whose ending stage holds several ranks, the rank that "
+            f"ends a breakdown step is not the one that ends the run's mean step in {rule['changed']:.0%} of the "
+            f"steps; their repeats' exposed communication moves by a median relative standard deviation of "
+            f"{_told(step)}, the ending rank found step by step, and of {_told(run)}, found once per run; {pairs}: "
+            + verdict)
 
 
 def clock_repeats(tables: dict, exposed: pd.DataFrame) -> pd.DataFrame:
