@@ -984,3 +984,15 @@ def test_the_rank_that_ends_the_iteration_is_found_step_by_step_and_judged_by_it
     older = {name: t.drop(columns=[c for c in t if ".per_step." in c]) for name, t in tables_.items()}
     assert tm.step_ending_rule(older, tm.exposed_errors(older, HW)) is None
     assert tm.exposed_errors(older, HW).set_index("microbatches").measured_s[1] == pytest.approx(0.4 * unit)
+
+
+def test_the_step_ending_rule_pairs_configurations_the_goal_does_not_judge():
+    # at m = 4 the late rank communicates 0.1 of the m = 1 run's iteration, under 5 % of its own: the goal leaves
+    # that configuration out, the rule still pairs it (and finds it farther: 0.5 times, against 1.6 once per run)
+    tables_ = {"pp_vs_dp": pd.DataFrame(_alternating(1, 0.2, 0.6) + _alternating(4, 0.1, 1.2))}
+    exposed = tm.exposed_errors(tables_, HW)
+    assert exposed.microbatches.tolist() == [1]
+    assert 4 in tm.exposed_errors(tables_, HW, step_ending=False).microbatches.tolist()
+    rule = tm.step_ending_rule(tables_, exposed)
+    assert rule["pairs"] == 1 and rule["configurations"] == 1 and not rule["stands"]
+    assert rule["step"]["ratio"] == pytest.approx(0.5) and rule["run"]["ratio"] == pytest.approx(0.65 / 0.4)

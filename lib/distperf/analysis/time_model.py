@@ -1530,8 +1530,8 @@ def breakdown_steps_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
 def step_ending_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     """The rule declared on 7 December 2026, before the ten-repeat build that judges it: the exposed communication's
     goal finds the rank that ends the iteration step by step (:data:`STEP_ENDING`) if, over the pairs of held-out
-    data-parallel configurations the breakdown step judges that differ only in their microbatches (same experiment
-    and model), the reading at more microbatches lies nearer the one at fewer that way than read once over the run's
+    data-parallel configurations that differ only in their microbatches (same experiment and model; every one whose
+    breakdown step saw the waits, :func:`_data_parallel_pairs`, whether or not the goal judges it), the reading at more microbatches lies nearer the one at fewer that way than read once over the run's
     steps: a lower median |ln(more / fewer)|, each configuration's reading the median over its repeats
     (:func:`exposed_repeats`). DDP accumulates without synchronising and then all-reduces the same bucket once, so
     both configurations end their iteration on the same collective; what grows with the microbatches is how far the
@@ -1551,23 +1551,40 @@ def step_ending_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     predicted = judged.set_index(keys).predicted_s
     out = {"configurations": int(stepped[keys].drop_duplicates().shape[0]),
            "changed": float(stepped.measured_s.mean())}
-    medians = {}
     for variant, found in runs.items():
-        out[variant], medians[variant] = _spread(found, predicted)
-    dp = judged[judged.kind == "data_parallel"]
+        out[variant] = _spread(found, predicted)[0]
+    dp = _data_parallel_pairs(tables)
+    readings = {variant: _repeat_medians(exposed_repeats(tables, dp, by_step=variant == "step"), dp)
+                for variant in runs}
     pairs = []
-    for _, group in dp.groupby(["experiment", "model"]):
-        fewest = group.loc[group.microbatches.astype(int).idxmin()]
-        pairs += [((fewest.experiment, fewest.config_hash), (r.experiment, r.config_hash)) for r in group.itertuples()
-                  if int(r.microbatches) > int(fewest.microbatches)]
+    for _, group in dp.reset_index(drop=True).groupby(["experiment", "model"]):
+        fewest = group.microbatches.astype(int).idxmin()
+        pairs += [(fewest, i) for i in group.index if int(group.microbatches[i]) > int(group.microbatches[fewest])]
     out["pairs"] = len(pairs)
     for variant in runs:
-        ratios = pd.Series([medians[variant].get(more, np.nan) / medians[variant].get(fewer, np.nan)
-                            for fewer, more in pairs], dtype=float).dropna()
+        ratios = pd.Series([readings[variant][more] / readings[variant][fewer] for fewer, more in pairs],
+                           dtype=float).dropna()
         out[variant].update(ratio=float(ratios.median()) if len(ratios) else np.nan,
                             log=float(np.log(ratios).abs().median()) if len(ratios) else np.nan)
     out["stands"] = bool(out["step"]["log"] < out["run"]["log"])
     return out
+
+
+def _data_parallel_pairs(tables: dict) -> pd.DataFrame:
+    """The held-out data-parallel configurations of ``tables`` (no other parallelism) whose breakdown step saw the
+    waits, whatever share of their iteration they spent communicating, as rows :func:`exposed_repeats` reads:
+    ``experiment``, ``config_hash``, ``strategy``, ``model``, ``microbatches``, ``stage`` (0) and ``instrument``."""
+    frame = _frame(tables)
+    columns = ["experiment", "config_hash", "strategy", "model", "microbatches", "stage", "instrument"]
+    if not len(frame) or "measured_steps.breakdown_waits" not in frame:
+        return pd.DataFrame(columns=columns)
+    layout = {d: frame[f"config.layout.{d}"].astype(int) for d in ("dp", "tp", "pp")}
+    kept = frame[((layout["dp"] > 1) & (layout["tp"] == 1) & (layout["pp"] == 1)).to_numpy()
+                 & (frame["config.model.name"] != STEP_FIT_MODEL).to_numpy()
+                 & frame["measured_steps.breakdown_waits"].map(_seen).to_numpy()]
+    return pd.DataFrame([{"experiment": r.experiment, "config_hash": r.config_hash, "strategy": strategy(r),
+                          "model": r["config.model.name"], "microbatches": int(r["config.layout.microbatches"]),
+                          "stage": 0, "instrument": "breakdown step"} for _, r in kept.iterrows()], columns=columns)
 
 
 def _changed_share(row, stage: int) -> float:
