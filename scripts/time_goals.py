@@ -14,9 +14,10 @@ of a collective's message stands (:func:`distperf.analysis.time_model.tp_bytes_r
 inside the collectives and one outside stands, and the pipeline engines'
 (:func:`~distperf.analysis.time_model.wait_rule`); whether the exposed communication reads each run's five breakdown
 steps or its first (:func:`~distperf.analysis.time_model.breakdown_steps_rule`) and finds the rank that ends the
-iteration step by step (:func:`~distperf.analysis.time_model.step_ending_rule`); the median and largest |signed error|
-of the analytical and profiled modes over the held-out configurations and of the exposed communication per kind,
-against the goals (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between
+iteration step by step (:func:`~distperf.analysis.time_model.step_ending_rule`); whether the analytical mode follows
+each run's speed probe halfway (:func:`~distperf.analysis.time_model.elasticity_rule`); the median and largest
+|signed error| of the analytical and profiled modes over the held-out configurations and of the exposed communication
+per kind, against the goals (:func:`distperf.analysis.time_model.goal_table`); how far the profiled mode's error moves between
 the repeats of a configuration; what a perfect model would score against these measurements
 (:mod:`distperf.analysis.goal_floor`) and which misses lie outside their measured median's interval
 (:func:`distperf.analysis.time_model.beyond_noise`); how the two instruments of exposed communication compare; the
@@ -59,6 +60,7 @@ def report(tables: dict, hw) -> str:
              f"One breakdown step or five: {tm.breakdown_steps_rule_sentence(tables, exposed)}.", "",
              f"The wait clock: {tm.wait_clock_rule_sentence(tables, exposed)}.", "",
              f"The ending rank step by step: {tm.step_ending_rule_sentence(tables, exposed)}.", "",
+             f"Following the run's speed halfway: {tm.elasticity_rule_sentence(tables, hw)}.", "",
              f"Misses beyond the noise: {tm.beyond_noise_sentence(tm.beyond_noise(tables, errs))}.", "",
              "Exposed communication: " + tm.instruments_sentence(exposed) + "."]
     if len(exposed):

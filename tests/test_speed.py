@@ -170,3 +170,27 @@ def test_a_run_is_priced_with_its_own_contention_where_it_measured_one():
     assert f"against the calibration's {HW.kernels.contention_compute:.2f}×" in text
     before = frame.drop(columns=list(contended))
     assert tm.contention_sentence({"regimes": before}, HW, plain, plain).startswith("none of its runs measured")
+
+
+def test_a_run_can_be_followed_part_way_to_its_speed():
+    assert speed.at_speed(PROBED, slower(4, 4, 4), 0.5).kernels.step_s == pytest.approx(2 * PROBED.kernels.step_s)
+    assert speed.at_speed(PROBED, slower(4, 4, 4), 0.0).kernels.step_s == pytest.approx(PROBED.kernels.step_s)
+    slow = pd.Series(with_probe(row("small", 1.0, dp=2), gemm=4, elementwise=4, python=4))
+    assert rows.run_hardware(PROBED, slow, 0.5).kernels.module_call_s == pytest.approx(
+        2 * PROBED.kernels.module_call_s)
+    assert rows.run_hardware(PROBED, slow).kernels.module_call_s == pytest.approx(4 * PROBED.kernels.module_call_s)
+
+
+@pytest.mark.parametrize("truth", [0.5, 1.0])
+def test_the_elasticity_rule_stands_only_where_the_runs_went_halfway_to_their_probe(truth):
+    frame = pd.DataFrame([with_probe(row("small", 1.0, **layout), gemm=2, elementwise=3, python=4)
+                          for layout in ({}, {"dp": 2}, {"tp": 2})])
+    frame["iteration_time_s.median"] = rows.with_predictions(frame, PROBED, check=False, speed=truth).predicted_s
+    rule = tm.elasticity_rule({"regimes": frame}, PROBED)
+    assert rule["configurations"] == 3 and rule["stands"] == (truth == 0.5)
+    assert rule["half" if truth == 0.5 else "full"] == pytest.approx((0.0, 0.0), abs=1e-9)
+    assert rule["none"][0] > 0.1  # every run slower than the calibration
+    text = tm.elasticity_rule_sentence({"regimes": frame}, PROBED)
+    assert ("halfway stands" in text) == (truth == 0.5) and "over the 3 held-out configurations" in text
+    assert tm.elasticity_rule({"regimes": frame}, HW) is None  # a profile without a probe
+    assert tm.elasticity_rule_sentence({"regimes": frame}, HW).startswith("no held-out run took a speed probe")

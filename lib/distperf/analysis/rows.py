@@ -109,18 +109,25 @@ def bucket_bytes(row) -> float:
 RUN_ALLREDUCE = False  # a what-if until a build judges it: distperf.analysis.time_model.allreduce_probe_rule
 
 
-def run_hardware(hw, row):
+# how far the analytical mode follows a run's speed probe: each part's ratio r to the calibration's probe is taken as
+# r ** SPEED_ELASTICITY (distperf.measure.speed.at_speed). 1, the probe's ratio itself, since 5 December 2026; the
+# rule of 7 December 2026 (distperf.analysis.time_model.elasticity_rule) judges ½ on the next ten-repeat build
+SPEED_ELASTICITY = 1.0
+
+
+def run_hardware(hw, row, elasticity: float | None = None):
     """The profile on which the analytical mode prices a measured run: ``hw`` with its kernel times scaled to the
     speed the machine had during the run, as the run's speed probes measured it
     (:func:`distperf.measure.speed.at_speed`), or ``hw`` itself where the row or ``hw`` holds no probe (a run before
     the probe existed, a GPU run, a profile without measured kernels). A rule declared before the data adopted it on
     5 December 2026 (the chapter "Where the time goes", section "The machine's speed"); a prediction made before any
     run keeps the calibration's speed. With :data:`RUN_ALLREDUCE` (:func:`run_allreduce`), also the all-reduce's fit
-    through the run's own all-reduce probe (:func:`distperf.measure.speed.at_allreduce`)."""
+    through the run's own all-reduce probe (:func:`distperf.measure.speed.at_allreduce`). ``elasticity``: how far
+    it follows the probe (:data:`SPEED_ELASTICITY` by default)."""
     from ..measure.speed import at_allreduce, at_speed, of_row
 
     probe = of_row(row)
-    out = at_speed(hw, probe)
+    out = at_speed(hw, probe, SPEED_ELASTICITY if elasticity is None else elasticity)
     return at_allreduce(out, probe) if RUN_ALLREDUCE else out
 
 
@@ -135,10 +142,12 @@ def run_allreduce(on: bool):
         RUN_ALLREDUCE = before
 
 
-def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool = True, contention: bool = False):
+def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool | float = True,
+                     contention: bool = False):
     """``frame`` with the cost model beside each row: ``prediction`` (the dictionary of :func:`distperf.cost.predict`
     on ``hw`` — with ``speed`` (the analytical mode's rule), its kernel times scaled to the speed the machine
-    had during the row's run (:func:`run_hardware`), else at the calibration's speed; with ``contention`` the
+    had during the row's run (:func:`run_hardware`; a number instead of True: that elasticity), else at the
+    calibration's speed; with ``contention`` the
     contention ratios the row's ranks measured in place of the calibration's (:mod:`distperf.measure.speed`) —,
     with the DDP bucket of ``bucket_mb`` MiB per row, a column or one number, else the run's own
     (:func:`bucket_bytes`)), ``predicted_s``, ``predicted_exposed_s``, ``measured_s`` (the median step) and
@@ -155,7 +164,7 @@ def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool 
         buckets = [float(mb) * 2**20 for mb in (bucket_mb if hasattr(bucket_mb, "__len__") else [bucket_mb] * len(frame))]
 
     def priced(row):
-        out = run_hardware(hw, row) if speed else hw
+        out = run_hardware(hw, row, None if speed is True else float(speed)) if speed else hw
         return at_contention(out, of_row(row)) if contention else out
 
     frame["prediction"] = [predict(config_of_row(r), priced(r), bucket_bytes=b, check=check)

@@ -105,14 +105,15 @@ def held_out(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["model"] != STEP_FIT_MODEL]
 
 
-def errors(tables: dict, hw, speed: bool = True, contention: bool = False) -> pd.DataFrame:
+def errors(tables: dict, hw, speed: bool | float = True, contention: bool = False) -> pd.DataFrame:
     """Per held-out configuration: ``experiment``, ``config_hash``, ``strategy``, ``model``, ``measured_s``, and the
     signed errors of the ``analytical`` mode (every term of the kernel time model on ``hw``, each run at the speed its
     probes measured: :func:`distperf.analysis.rows.run_hardware`) and the ``profiled`` one
     (:func:`profiled_prediction`: compute from the run's profiled layer times, the rest from ``hw`` as calibrated);
     without ``speed``, the variant whose analytical mode prices every run at the calibration's speed (the rule until
-    5 December 2026), with ``contention`` the one that prices its analytical mode with the contention its ranks
-    measured (:mod:`distperf.measure.speed`)."""
+    5 December 2026), with a number the one that follows each run's probe with that elasticity
+    (:func:`distperf.analysis.rows.run_hardware`), with ``contention`` the one that prices its analytical mode with
+    the contention its ranks measured (:mod:`distperf.measure.speed`)."""
     frame = _frame(tables)
     if hw is None or not len(frame):
         return pd.DataFrame(columns=["experiment", "config_hash", "strategy", "model", "measured_s", "analytical",
@@ -1531,8 +1532,9 @@ def step_ending_rule(tables: dict, exposed: pd.DataFrame) -> dict | None:
     """The rule declared on 7 December 2026, before the ten-repeat build that judges it: the exposed communication's
     goal finds the rank that ends the iteration step by step (:data:`STEP_ENDING`) if, over the pairs of held-out
     data-parallel configurations that differ only in their microbatches (same experiment and model; every one whose
-    breakdown step saw the waits, :func:`_data_parallel_pairs`, whether or not the goal judges it), the reading at more microbatches lies nearer the one at fewer that way than read once over the run's
-    steps: a lower median |ln(more / fewer)|, each configuration's reading the median over its repeats
+    breakdown step saw the waits, :func:`_data_parallel_pairs`, whether or not the goal judges it), the reading at
+    more microbatches lies nearer the one at fewer that way than read once over the run's steps: a lower median
+    |ln(more / fewer)|, each configuration's reading the median over its repeats
     (:func:`exposed_repeats`). DDP accumulates without synchronising and then all-reduces the same bucket once, so
     both configurations end their iteration on the same collective; what grows with the microbatches is how far the
     ranks drift apart before it. It reads only the instrument, not the model. Returns ``{"configurations", "pairs",
@@ -2047,6 +2049,45 @@ def contention_sentence(tables: dict, hw, plain: pd.DataFrame, contended: pd.Dat
     return (f"over {len(found)} held-out configurations of several ranks, the runs measured a contention, median "
             f"(least–largest), {shown}; priced with each run's own, the analytical mode's median |error| would go "
             f"from {a.median():.1%} to {b.median():.1%} and its largest from {a.max():.0%} to {b.max():.0%}")
+
+
+# the elasticity the rule of 7 December 2026 judges (elasticity_rule): each part's speed ratio r taken as r ** ½
+HALF_ELASTICITY = 0.5
+
+
+def elasticity_rule(tables: dict, hw) -> dict | None:
+    """The rule declared on 7 December 2026, before the ten-repeat build that judges it: the analytical mode follows
+    each run's speed probe halfway, each part's ratio r to the calibration's probe taken as r ** :data:`HALF_ELASTICITY`
+    (:data:`distperf.analysis.rows.SPEED_ELASTICITY`), if over the held-out configurations its median |error| is lower
+    that way than with the ratio itself and its largest no higher; else it keeps the ratio. The three ten-repeat
+    builds before it suggested it; they do not judge it. Returns ``{"configurations", "stands", "full", "half",
+    "none"}``: per elasticity (1, ½, and 0, the calibration's speed) the analytical mode's (median, largest)
+    |signed error|; None where no held-out run took a probe on a profile that holds one."""
+    if hw is None or not len(speed_ratios(tables, hw)):
+        return None
+    out = {}
+    for name, elasticity in (("full", 1.0), ("half", HALF_ELASTICITY), ("none", False)):
+        found = errors(tables, hw, speed=elasticity).analytical.abs()
+        out[name] = (float(found.median()), float(found.max()))
+        out["configurations"] = len(found)
+    out["stands"] = bool(out["half"][0] < out["full"][0] and out["half"][1] <= out["full"][1])
+    return out
+
+
+def elasticity_rule_sentence(tables: dict, hw) -> str:
+    """:func:`elasticity_rule` in words."""
+    rule = elasticity_rule(tables, hw)
+    if rule is None:
+        return "no held-out run took a speed probe on a profile that holds one"
+
+    def told(pair):
+        return f"{pair[0]:.1%} / {pair[1]:.1%}"
+
+    return (f"over the {rule['configurations']} held-out configurations, the analytical mode's median / largest "
+            f"|error| is {told(rule['full'])} following each run's probe (each part's ratio itself), "
+            f"{told(rule['half'])} following it halfway (the ratio's square root) and {told(rule['none'])} at the "
+            "calibration's speed: halfway " + ("stands: a lower median and no higher largest" if rule["stands"]
+                                               else "does not stand: not a lower median with no higher largest"))
 
 
 def speed_sentence(speeds: pd.DataFrame, calibrated: pd.DataFrame, at_speed: pd.DataFrame) -> str:

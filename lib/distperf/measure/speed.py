@@ -234,12 +234,16 @@ def ratios(run: dict | None, reference: dict | None) -> dict | None:
     return {k.removesuffix("_s"): run[k] / reference[k] for k in PARTS}
 
 
-def at_speed(hw, run: dict | None):
+def at_speed(hw, run: dict | None, elasticity: float = 1.0):
     """``hw`` with its kernel times scaled to the speed of the run whose probe is ``run``
-    (:meth:`~distperf.cost.kernels.KernelCosts.at_speed`); ``hw`` itself where either has no probe."""
+    (:meth:`~distperf.cost.kernels.KernelCosts.at_speed`), each part's ratio r taken as r ** ``elasticity`` (1: the
+    probe's ratio itself; 0: the calibration's speed; ½: the geometric middle of the two); ``hw`` itself where either
+    has no probe."""
     kernels = getattr(hw, "kernels", None)
     found = ratios(run, dict(zip(PARTS, kernels.probe))) if kernels is not None and kernels.probe else None
-    return hw if found is None else replace(hw, kernels=kernels.at_speed(found))
+    if found is None:
+        return hw
+    return replace(hw, kernels=kernels.at_speed({k: v ** elasticity for k, v in found.items()}))
 
 
 def at_contention(hw, run: dict | None):
