@@ -147,8 +147,8 @@ def with_predictions(frame, hw, bucket_mb=None, check: bool = True, speed: bool 
     """``frame`` with the cost model beside each row: ``prediction`` (the dictionary of :func:`distperf.cost.predict`
     on ``hw`` — with ``speed`` (the analytical mode's rule), its kernel times scaled to the speed the machine
     had during the row's run (:func:`run_hardware`; a number instead of True: that elasticity), else at the
-    calibration's speed; with ``contention`` the
-    contention ratios the row's ranks measured in place of the calibration's (:mod:`distperf.measure.speed`) —,
+    calibration's speed; with ``contention`` the contention ratios the row's ranks measured in place of the
+    calibration's (:mod:`distperf.measure.speed`) —,
     with the DDP bucket of ``bucket_mb`` MiB per row, a column or one number, else the run's own
     (:func:`bucket_bytes`)), ``predicted_s``, ``predicted_exposed_s``, ``measured_s`` (the median step) and
     ``profiled_s`` (the run's own prediction from profiled layer times, NaN where it has none)."""

@@ -290,13 +290,22 @@ def _ending_share(row, stage: int, first_step: bool = False, by_step: bool = Fal
             return sum(c for _, c, _ in held) / sum(w for _, _, w in held)
         if first_step:
             return np.nan
+    found = _run_ending(row, stage)
+    return np.nan if found is None else found[1]
+
+
+def _run_ending(row, stage: int) -> tuple[int, float] | None:
+    """(rank, its communication's share of its window) of the rank at pipeline rank ``stage`` whose own work took
+    longest over the run's mean breakdown step (its per-rank lists); None without them."""
     stages = rows.json_cell(row.get("memory_bytes.per_rank.pipeline_rank")) or []
     comm, windows = (rows.json_cell(row.get(c)) or [] for c in (
         "time_breakdown_s.per_rank.communication", "time_breakdown_s.per_rank.window"))
-    pairs = list(zip(comm, windows))
-    held = [(w - c, c / w) for i, (c, w) in enumerate(pairs)
-            if w and (len(stages) != len(pairs) or stages[i] == stage)]
-    return max(held)[1] if held else np.nan
+    held = [(w - c, c / w, i) for i, (c, w) in enumerate(zip(comm, windows))
+            if w and (len(stages) != len(comm) or stages[i] == stage)]
+    if not held:
+        return None
+    _, share, rank = max(held)
+    return rank, share
 
 
 def _step_endings(row, stage: int) -> list[tuple[int, float, float]]:
@@ -1592,16 +1601,10 @@ def _data_parallel_pairs(tables: dict) -> pd.DataFrame:
 def _changed_share(row, stage: int) -> float:
     """The share of ``row``'s breakdown steps in which the rank that ends the step (:func:`_step_endings`) is not the
     one that ends the run's mean step (:func:`_ending_share`'s); NaN where it kept no steps."""
-    found = _step_endings(row, stage)
-    stages = rows.json_cell(row.get("memory_bytes.per_rank.pipeline_rank")) or []
-    comm, windows = (rows.json_cell(row.get(c)) or [] for c in (
-        "time_breakdown_s.per_rank.communication", "time_breakdown_s.per_rank.window"))
-    held = [(w - c, i) for i, (c, w) in enumerate(zip(comm, windows))
-            if w and (len(stages) != len(comm) or stages[i] == stage)]
-    if not found or not held:
+    found, whole = _step_endings(row, stage), _run_ending(row, stage)
+    if not found or whole is None:
         return np.nan
-    whole = max(held)[1]
-    return sum(i != whole for i, _, _ in found) / len(found)
+    return sum(i != whole[0] for i, _, _ in found) / len(found)
 
 
 def step_ending_rule_sentence(tables: dict, exposed: pd.DataFrame) -> str:
